@@ -1,0 +1,38 @@
+"""A finding: one detector's conclusion about one piece of hardware or one job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+__all__ = ["Finding", "PRIORITY", "FAILURE_CATEGORIES", "HARDWARE_CATEGORIES", "NODE_CATEGORIES"]
+
+# Categories that stop a job; one failure incident per job at a time, refined to
+# the most specific cause seen (higher wins).
+PRIORITY: dict[str, int] = {
+    "rack_outage": 100,
+    "power_supply_fault": 90,
+    "node_hardware_fault": 85,
+    "node_down": 80,
+    "gpu_off_bus": 70,
+    "gpu_memory_fault": 68,
+    "gpu_firmware_fault": 66,
+    "gpu_nvlink_fault": 64,
+    "cuda_oom": 50,
+    "software_crash": 45,
+    "network_timeout": 40,
+    "training_hang": 30,
+}
+FAILURE_CATEGORIES = frozenset(PRIORITY)
+HARDWARE_CATEGORIES = frozenset(c for c, p in PRIORITY.items() if p >= 60)
+NODE_CATEGORIES = frozenset({"rack_outage", "power_supply_fault", "node_hardware_fault", "node_down"})
+
+
+@dataclass
+class Finding:
+    category: str
+    ts: datetime
+    node: str | None
+    gpus: list[int] = field(default_factory=list)
+    reason: str = ""
+    evidence: str | None = None  # event id

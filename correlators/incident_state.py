@@ -1,0 +1,61 @@
+"""An incident as the correlator keeps it while it is open."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from correlators.attribution import CollectiveReports
+from streams.decisions import Culprit, Incident
+
+__all__ = ["OpenIncident", "stable_id"]
+
+
+def stable_id(prefix: str, *parts: object) -> str:
+    """A deterministic id: the same decision on the same input gives the same id."""
+    h = hashlib.sha256("|".join("" if p is None else str(p) for p in parts).encode()).hexdigest()
+    return f"{prefix}-{h[:16]}"
+
+
+@dataclass
+class OpenIncident:
+    id: str
+    job: str | None
+    category: str
+    opened_at: datetime
+    severity: str
+    node: str | None = None
+    gpus: set[int] = field(default_factory=set)
+    state: str = "open"
+    version: int = 0
+    updated_at: datetime | None = None
+    summary: str = ""
+    evidence: list[str] = field(default_factory=list)
+    reports: CollectiveReports = field(default_factory=CollectiveReports)
+    issued: set[str] = field(default_factory=set)  # command ids already issued
+    restart_attempts: int = 0
+    restored_step: int | None = None
+    baseline_throughput: float | None = None
+    lost_gpu_hours: float | None = None
+    settle_deadline: datetime | None = None
+
+    def add_evidence(self, event_id: str | None) -> None:
+        if event_id and event_id not in self.evidence and len(self.evidence) < 200:
+            self.evidence.append(event_id)
+
+    def to_model(self, gpu_ids: list[str]) -> Incident:
+        return Incident(
+            id=self.id,
+            job=self.job,
+            category=self.category,  # type: ignore[arg-type]
+            culprit=Culprit(node=self.node, gpus=gpu_ids),
+            opened_at=self.opened_at,
+            severity=self.severity,  # type: ignore[arg-type]
+            state=self.state,
+            version=self.version,
+            updated_at=self.updated_at,
+            summary=self.summary,
+            evidence=list(self.evidence),
+            lost_gpu_hours=self.lost_gpu_hours,
+        )

@@ -1,0 +1,129 @@
+"""From an incident and the policy to commands: which, for what target, in what order.
+
+Fencing (quarantine, cordon, drain) comes first, then tickets and approvals,
+then notifications; the restart is planned separately once the failure has
+settled, so it is always issued after the fence that it avoids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from correlators.incident_state import OpenIncident, stable_id
+from correlators.policy import Policy
+from correlators.quarantine_ledger import Fence, QuarantineLedger
+from correlators.topology import Job, Topology
+from streams.decisions import Command, Target
+
+__all__ = ["Planner", "IMMEDIATE_ORDER"]
+
+IMMEDIATE_ORDER = ("quarantine_gpu", "cordon_node", "drain_node", "reset_gpu", "reboot_node",
+                   "validate_gpu", "open_ticket", "notify")
+APPROVAL_ALWAYS = frozenset({"reset_gpu", "reboot_node"})
+TICKET_KIND = {
+    "gpu_off_bus": "rma", "gpu_memory_fault": "rma", "gpu_nvlink_fault": "repair",
+    "gpu_firmware_fault": "repair", "gpu_ecc_degradation": "rma", "gpu_thermal": "cooling",
+    "power_supply_fault": "repair", "node_hardware_fault": "repair", "node_down": "repair",
+    "rack_outage": "facilities", "checkpoint_failure": "storage",
+}
+
+
+@dataclass
+class Planner:
+    policy: Policy
+    topo: Topology
+    ledger: QuarantineLedger
+
+    def immediate(self, inc: OpenIncident, now: datetime) -> list[Command]:
+        """Every non-restart action of the incident's category not yet issued for it."""
+        actions = set(self.policy.rule(inc.category).actions)
+        out: list[Command] = []
+        for action in IMMEDIATE_ORDER:
+            if action in actions:
+                out.extend(self._action(inc, action, now))
+        return [c for c in out if self._fresh(inc, c)]
+
+    def notify(self, inc: OpenIncident, now: datetime, message: str, severity: str) -> list[Command]:
+        cmd = self._notify_cmd(inc, now, message, severity)
+        return [cmd] if self._fresh(inc, cmd) else []
+
+    def restart(self, inc: OpenIncident, job: Job, checkpoint: dict[str, Any] | None, now: datetime,
+                requires_approval: bool, reason: str, extra_exclude_nodes: list[str]) -> Command:
+        exclude_nodes = sorted(set(self.ledger.nodes) | set(extra_exclude_nodes))
+        exclude_gpus = sorted(self.topo.gpu_id(n, i) for (n, i) in self.ledger.gpus if n not in exclude_nodes)
+        params = {
+            "checkpoint": checkpoint,
+            "gpus": self._restart_size(job, set(exclude_nodes)),
+            "exclude": {"nodes": exclude_nodes, "gpus": exclude_gpus},
+            "attempt": inc.restart_attempts + 1,
+        }
+        cmd = self._cmd(inc, "restart_job", now, Target(job=job.name), params, tag=str(inc.restart_attempts + 1),
+                        requires_approval=requires_approval, reason=reason)
+        inc.issued.add(cmd.id)
+        return cmd
+
+    # --- helpers -------------------------------------------------------------------
+    def _restart_size(self, job: Job, excluded_nodes: set[str]) -> int:
+        world = job.world_size
+        el = job.spec.elastic
+        if el is None or el.min_gpus == el.max_gpus:
+            return el.max_gpus if el else world
+        lost = sum(1 for (n, i) in job.rank_of if n in excluded_nodes or self.ledger.is_fenced(n, i))
+        return max(el.min_gpus, min(el.max_gpus, world - lost))
+
+    def _action(self, inc: OpenIncident, action: str, now: datetime) -> list[Command]:
+        node, fence = inc.node, Fence(now, inc.id, inc.category)
+        gpus = sorted(inc.gpus)
+        if action in ("quarantine_gpu", "reset_gpu", "validate_gpu"):
+            if node is None:
+                return []
+            out = []
+            for i in gpus:
+                if action == "quarantine_gpu" and not self.ledger.quarantine(node, i, fence):
+                    continue
+                out.append(self._cmd(inc, action, now, Target(job=inc.job, node=node, gpu=self.topo.gpu_id(node, i)),
+                                     {"reason": inc.category}))
+            return out
+        if action in ("cordon_node", "drain_node", "reboot_node"):
+            if node is None or (action == "cordon_node" and not self.ledger.cordon(node, fence)):
+                return []
+            return [self._cmd(inc, action, now, Target(job=inc.job, node=node), {"reason": inc.category})]
+        if action == "open_ticket":
+            gpu = self.topo.gpu_id(node, gpus[0]) if node and len(gpus) == 1 else None
+            return [self._cmd(inc, action, now, Target(job=inc.job, node=node, gpu=gpu), {
+                "kind": TICKET_KIND.get(inc.category, "investigate"),
+                "category": inc.category,
+                "gpus": [self.topo.gpu_id(node, i) for i in gpus] if node else [],
+                "summary": inc.summary,
+            })]
+        if action == "notify":
+            return [self._notify_cmd(inc, now, inc.summary or inc.category, inc.severity)]
+        return []
+
+    def _notify_cmd(self, inc: OpenIncident, now: datetime, message: str, severity: str) -> Command:
+        target = Target(job=inc.job, node=inc.node if inc.job is None else None)
+        return self._cmd(inc, "notify", now, target,
+                         {"to": self._owner(inc), "severity": severity, "message": message}, tag=message)
+
+    def _owner(self, inc: OpenIncident) -> str:
+        job = self.topo.jobs.get(inc.job) if inc.job else None
+        return (job.owner if job and job.owner else None) or "on-call"
+
+    def _cmd(self, inc: OpenIncident, ctype: str, now: datetime, target: Target, params: dict[str, Any],
+             tag: str = "", requires_approval: bool = False, reason: str = "") -> Command:
+        cid = stable_id("cmd", inc.id, ctype, target.job, target.node, target.gpu, tag)
+        return Command(
+            id=cid, incident=inc.id, type=ctype,  # type: ignore[arg-type]
+            target=target, issued_at=now,
+            requires_approval=requires_approval or ctype in APPROVAL_ALWAYS,
+            params=params, reason=reason or f"{inc.category}: {inc.summary}".strip(": "),
+        )
+
+    @staticmethod
+    def _fresh(inc: OpenIncident, cmd: Command) -> bool:
+        if cmd.id in inc.issued:
+            return False
+        inc.issued.add(cmd.id)
+        return True

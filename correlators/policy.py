@@ -1,0 +1,113 @@
+"""The correlator policy: a YAML file users edit (see ``policy.yaml`` beside this module)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from streams.decisions import CATEGORIES
+
+__all__ = ["Policy", "CategoryRule", "Timing", "Thresholds", "RestartLimits", "load_policy", "DEFAULT_POLICY"]
+
+DEFAULT_POLICY = Path(__file__).with_name("policy.yaml")
+
+Action = Literal[
+    "quarantine_gpu", "cordon_node", "drain_node", "restart_job", "validate_gpu",
+    "open_ticket", "notify", "reset_gpu", "reboot_node",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CategoryRule(_Strict):
+    severity: Literal["page", "ticket", "info"]
+    actions: list[Action]
+
+
+class Timing(_Strict):
+    fence_debounce_s: float = 0.1
+    settle_s: float = 30
+    max_settle_s: float = 90
+    hardware_lookback_s: float = 120
+    confirm_window_s: float = 10
+    power_window_s: float = 60
+    silence_min_s: float = 60
+    silence_factor: float = 3
+    rack_window_s: float = 120
+    verify_timeout_s: float = 1800
+    progress_steps: int = 10
+    progress_throughput: float = 0.7
+
+
+class Thresholds(_Strict):
+    temperature_c: float = 85
+    temperature_sustain_s: float = 300
+    thermal_reasons: list[str] = Field(default_factory=lambda: ["HW_THERMAL_SLOWDOWN", "HW_SLOWDOWN"])
+    ecc_window_s: float = 259200
+    ecc_min_signals: int = 4
+    ecc_rising: bool = True
+    checkpoint_stale_factor: float = 3
+    hang_min_s: float = 600
+    hang_factor: float = 20
+    loss_plateau_s: float = 7200
+    loss_min_improvement: float = 0.001
+
+
+class RestartLimits(_Strict):
+    burst: int = 8
+    per_s: float = 60
+
+
+class Policy(_Strict):
+    xid: dict[int, str]
+    xid_needs_pending_remap: list[int] = Field(default_factory=list)
+    categories: dict[str, CategoryRule]
+    unknown_cause_auto_restarts: int = 1
+    timing: Timing = Timing()
+    thresholds: Thresholds = Thresholds()
+    restarts: RestartLimits = RestartLimits()
+
+    @field_validator("xid")
+    @classmethod
+    def _known_xid_categories(cls, v: dict[int, str]) -> dict[int, str]:
+        bad = {code: c for code, c in v.items() if c != "software" and c not in CATEGORIES}
+        if bad:
+            raise ValueError(f"xid: unknown categories {bad}; use one of {list(CATEGORIES)} or 'software'")
+        return v
+
+    @field_validator("categories")
+    @classmethod
+    def _every_category(cls, v: dict[str, CategoryRule]) -> dict[str, CategoryRule]:
+        unknown = set(v) - set(CATEGORIES)
+        if unknown:
+            raise ValueError(f"categories: unknown {sorted(unknown)}; known: {list(CATEGORIES)}")
+        missing = set(CATEGORIES) - set(v)
+        if missing:
+            raise ValueError(f"categories: no rule for {sorted(missing)}")
+        return v
+
+    def rule(self, category: str) -> CategoryRule:
+        return self.categories[category]
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_policy(path: str | Path | None = None) -> Policy:
+    """The default policy, with the user's file (if any) merged over it key by key."""
+    data = yaml.safe_load(DEFAULT_POLICY.read_text(encoding="utf-8"))
+    if path:
+        user = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        if not isinstance(user, dict):
+            raise ValueError(f"policy file {path} must be a YAML mapping")
+        data = _merge(data, user)
+    return Policy.model_validate(data)

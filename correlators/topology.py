@@ -1,0 +1,133 @@
+"""Who holds what: nodes, their GPUs and power domains, and which job runs where.
+
+Signals arrive keyed by where they were seen (node, GPU); incidents are keyed by
+job. This is the join between the two, built from inventory and scheduler events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from streams.events import GpuRef, Inventory, JobStarted
+
+__all__ = ["Gpu", "Node", "Job", "Topology"]
+
+
+@dataclass
+class Gpu:
+    node: str
+    index: int
+    uuid: str | None = None
+    pci: str | None = None
+    name: str | None = None
+    power_domain: str | None = None
+
+    @property
+    def id(self) -> str:
+        """The id commands and incidents use: the UUID when known."""
+        return self.uuid or f"{self.node}:{self.index}"
+
+
+@dataclass
+class Node:
+    name: str
+    rack: str | None = None
+    gpus: dict[int, Gpu] = field(default_factory=dict)
+
+
+@dataclass
+class Job:
+    name: str
+    spec: JobStarted
+    starts: int = 1
+    running: bool = True
+    # (node, gpu index) -> global rank, and back
+    rank_of: dict[tuple[str, int], int] = field(default_factory=dict)
+    place_of: dict[int, tuple[str, int]] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> list[str]:
+        return [a.node for a in self.spec.allocation]
+
+    @property
+    def world_size(self) -> int:
+        return self.spec.world_size or len(self.place_of)
+
+    @property
+    def owner(self) -> str | None:
+        return self.spec.owner
+
+
+class Topology:
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.jobs: dict[str, Job] = {}
+
+    # --- updates -----------------------------------------------------------------
+    def apply_inventory(self, node: str, inv: Inventory) -> None:
+        n = self.node(node)
+        if inv.rack:
+            n.rack = inv.rack
+        for g in inv.gpus:
+            n.gpus[g.index] = Gpu(node, g.index, g.uuid, g.pci, g.name, g.power_domain)
+
+    def apply_job_started(self, job: str, spec: JobStarted) -> Job:
+        prev = self.jobs.get(job)
+        j = Job(job, spec, starts=(prev.starts + 1) if prev else 1)
+        for alloc in spec.allocation:
+            self.node(alloc.node)
+            for i, rank in enumerate(alloc.ranks):
+                gpu = alloc.gpus[i] if i < len(alloc.gpus) else i
+                j.rank_of[(alloc.node, gpu)] = rank
+                j.place_of[rank] = (alloc.node, gpu)
+        self.jobs[job] = j
+        return j
+
+    def node(self, name: str) -> Node:
+        if name not in self.nodes:
+            self.nodes[name] = Node(name)
+        return self.nodes[name]
+
+    # --- queries -----------------------------------------------------------------
+    def resolve(self, node: str | None, ref: GpuRef | None) -> int | None:
+        """The index of the GPU ``ref`` names on ``node``, whatever form it uses."""
+        if node is None or ref is None:
+            return None
+        gpus = self.nodes[node].gpus if node in self.nodes else {}
+        for g in gpus.values():
+            if ref.uuid and g.uuid and ref.uuid.lower() == g.uuid.lower():
+                return g.index
+            if ref.pci and g.pci and ref.pci == g.pci:
+                return g.index
+        return ref.index
+
+    def gpu(self, node: str, index: int) -> Gpu:
+        n = self.node(node)
+        return n.gpus.get(index) or Gpu(node, index)
+
+    def gpu_id(self, node: str, index: int) -> str:
+        return self.gpu(node, index).id
+
+    def running_jobs_on(self, node: str, index: int | None = None) -> list[Job]:
+        """Running jobs using ``node`` (and GPU ``index`` when given)."""
+        out = []
+        for j in self.jobs.values():
+            if not j.running:
+                continue
+            if index is None and node in j.nodes:
+                out.append(j)
+            elif index is not None and (node, index) in j.rank_of:
+                out.append(j)
+        return out
+
+    def power_domain_peers(self, node: str, index: int) -> list[int]:
+        dom = self.gpu(node, index).power_domain
+        if dom is None:
+            return []
+        return sorted(g.index for g in self.node(node).gpus.values() if g.power_domain == dom)
+
+    def rack_of(self, node: str) -> str | None:
+        return self.nodes[node].rack if node in self.nodes else None
+
+    def rack_nodes(self, rack: str) -> list[str]:
+        return sorted(n.name for n in self.nodes.values() if n.rack == rack)

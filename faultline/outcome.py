@@ -1,0 +1,70 @@
+"""The contract's output: ``{"incidents": [...], "commands": [...]}`` from a stream of decisions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from streams.decisions import Command, Incident
+
+__all__ = ["collate", "contract_incident", "contract_command", "decide_offline"]
+
+
+def contract_incident(i: Incident) -> dict[str, Any]:
+    d = json.loads(i.model_dump_json())
+    return d
+
+
+def contract_command(c: Command) -> dict[str, Any]:
+    return json.loads(c.model_dump_json())
+
+
+def collate(incidents: Iterable[Incident], commands: Iterable[Command]) -> dict[str, list[dict[str, Any]]]:
+    """Latest version of each incident (in the order they opened) and every command once, in issue order."""
+    latest: dict[str, Incident] = {}
+    for inc in incidents:
+        if inc.id not in latest or inc.version >= latest[inc.id].version:
+            latest[inc.id] = inc
+    seen: set[str] = set()
+    cmds = []
+    for c in commands:
+        if c.id not in seen:
+            seen.add(c.id)
+            cmds.append(contract_command(c))
+    return {"incidents": [contract_incident(i) for i in latest.values()], "commands": cmds}
+
+
+def decide_offline(lines: Iterable[bytes | str], policy_path: str | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Run capture lines through the parsers and the correlator in-process (no broker).
+
+    The same code the Faust worker runs; used by the tests to check decisions in
+    milliseconds. ``faultline replay`` goes through the real broker instead.
+    """
+    from correlators.engine import Correlator
+    from correlators.policy import load_policy
+    from producers.capture import BadInput, parse_capture_line
+    from streams.events import EndOfCapture, Event
+
+    engine = Correlator(load_policy(policy_path))
+    incidents: list[Incident] = []
+    commands: list[Command] = []
+
+    def take(decisions: list[Incident | Command]) -> None:
+        for d in decisions:
+            (incidents if isinstance(d, Incident) else commands).append(d)  # type: ignore[arg-type]
+
+    n = 0
+    last = None
+    for raw in lines:
+        n += 1
+        try:
+            events = parse_capture_line(raw)
+        except BadInput:
+            continue
+        for e in events:
+            last = e
+            take(engine.process(e))
+    if last is not None:
+        take(engine.process(Event(id=f"end-{n}", ts=last.ts, source="replay", body=EndOfCapture(lines=n))))
+    return collate(incidents, commands)

@@ -1,0 +1,46 @@
+"""Configuration, validated at start (environment variables ``FAULTLINE_*`` or a .env file).
+
+Every knob is documented here; secrets are ``SecretStr`` and never printed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "REPO_ROOT"]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FAULTLINE_", env_file=".env", extra="ignore")
+
+    kafka: str | None = Field(
+        None, description="Kafka bootstrap servers (host:port,...). Unset: start/reuse the local broker.")
+    namespace: str = Field("faultline", description="Prefix of every topic name; replays add their own suffix.")
+    data_dir: Path = Field(REPO_ROOT / "var", description="Where the local broker and embedded archive live.")
+    archive: str | None = Field(
+        None, description="ClickHouse: chdb:///path (embedded) or http(s)://host:8123. Unset: <data_dir>/archive.")
+    policy: Path | None = Field(None, description="Correlator policy YAML merged over the defaults.")
+    kafka_security_protocol: str = Field("PLAINTEXT", description="PLAINTEXT, SASL_PLAINTEXT, SASL_SSL or SSL.")
+    kafka_sasl_mechanism: str | None = Field(None, description="e.g. SCRAM-SHA-512.")
+    kafka_username: str | None = None
+    kafka_password: SecretStr | None = None
+    local_kafka_port: int = Field(19092, description="Port of the local broker started when `kafka` is unset.")
+
+    @property
+    def archive_url(self) -> str:
+        return self.archive or f"chdb://{(self.data_dir / 'archive').resolve()}"
+
+    def kafka_config(self, bootstrap: str) -> dict[str, Any]:
+        """librdkafka settings for confluent-kafka clients (secrets included: never log this)."""
+        conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "security.protocol": self.kafka_security_protocol}
+        if self.kafka_sasl_mechanism:
+            conf["sasl.mechanism"] = self.kafka_sasl_mechanism
+            conf["sasl.username"] = self.kafka_username or ""
+            conf["sasl.password"] = self.kafka_password.get_secret_value() if self.kafka_password else ""
+        return conf

@@ -1,0 +1,80 @@
+"""Small helpers over confluent-kafka for commands that read or create topics."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streams.topics import TOPICS, topic_name
+
+__all__ = ["create_namespace_topics", "delete_namespace_topics", "read_topic", "BrokerUnreachable", "check_broker"]
+
+
+class BrokerUnreachable(RuntimeError):
+    pass
+
+
+def check_broker(conf: dict[str, Any], timeout: float = 10.0) -> None:
+    try:
+        AdminClient(conf).list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise BrokerUnreachable(
+            f"Kafka at {conf['bootstrap.servers']} did not answer ({exc}). Check that the broker runs, or set "
+            "FAULTLINE_KAFKA to a reachable one (unset it to use the local broker: "
+            "`python -m deploy.local.kafka start`).") from exc
+
+
+def create_namespace_topics(conf: dict[str, Any], namespace: str, partitions: int | None = None) -> list[str]:
+    """Create every declared topic of a namespace (``partitions`` overrides the declared count)."""
+    admin = AdminClient(conf)
+    names = [topic_name(namespace, s) for s in TOPICS]
+    new = [NewTopic(topic_name(namespace, s), num_partitions=partitions or spec.partitions, replication_factor=1,
+                    config={"cleanup.policy": spec.cleanup,
+                            **({"retention.ms": str(spec.retention_ms)} if spec.retention_ms else {})})
+           for s, spec in TOPICS.items()]
+    for name, fut in admin.create_topics(new, operation_timeout=30).items():
+        try:
+            fut.result(timeout=30)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise RuntimeError(f"could not create topic {name}: {exc}") from exc
+    return names
+
+
+def delete_namespace_topics(conf: dict[str, Any], namespace: str) -> None:
+    admin = AdminClient(conf)
+    for fut in admin.delete_topics([topic_name(namespace, s) for s in TOPICS], operation_timeout=30).values():
+        try:
+            fut.result(timeout=30)
+        except KafkaException:
+            pass  # already gone
+
+
+def read_topic(conf: dict[str, Any], topic: str, timeout: float = 30.0) -> Iterator[bytes]:
+    """Every record now on ``topic``, from the beginning to the high watermark, in partition order."""
+    c = Consumer({**conf, "group.id": f"faultline-reader-{time.monotonic_ns()}", "enable.auto.commit": False})
+    try:
+        meta = c.list_topics(topic, timeout=timeout).topics[topic]
+        ends = {}
+        for p in meta.partitions:
+            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            if hi > lo:
+                ends[p] = hi
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        deadline = time.monotonic() + timeout
+        while ends and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            if m.value() is not None:
+                yield m.value()
+            if m.offset() + 1 >= ends.get(m.partition(), 0):
+                ends.pop(m.partition(), None)
+        if ends:
+            raise TimeoutError(f"reading {topic}: partitions {sorted(ends)} not read to the end in {timeout}s")
+    finally:
+        c.close()

@@ -1,0 +1,72 @@
+"""Delivery to Kafka: a confluent-kafka idempotent producer, keyed as the topics declare."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from streams.decisions import DeadLetter
+from streams.events import Event
+from streams.topics import topic_name
+
+__all__ = ["EventPublisher", "DeliveryFailed", "event_key"]
+
+log = logging.getLogger("faultline.producer")
+
+
+class DeliveryFailed(RuntimeError):
+    pass
+
+
+def event_key(e: Event) -> bytes:
+    """Events are keyed by where they were seen (node), else by job, so one node's signals stay in order."""
+    return (e.node or e.job or e.source).encode()
+
+
+class EventPublisher:
+    """Publishes canonical events and dead letters; ``flush`` checks every delivery report."""
+
+    def __init__(self, kafka_conf: dict[str, Any], namespace: str) -> None:
+        conf = {
+            **kafka_conf,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "compression.type": "lz4",
+            "message.max.bytes": 1_048_576,
+        }
+        self._p = Producer(conf)
+        self._events = topic_name(namespace, "events")
+        self._dead = topic_name(namespace, "deadletters")
+        self.failed: list[str] = []
+        self.sent = 0
+
+    def _report(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.failed.append(f"{msg.topic()}: {err}")
+        else:
+            self.sent += 1
+
+    def _produce(self, topic: str, key: bytes, value: bytes) -> None:
+        while True:
+            try:
+                self._p.produce(topic, value=value, key=key, on_delivery=self._report)
+                return
+            except BufferError:
+                self._p.poll(0.1)  # local queue full: let deliveries drain, then retry
+
+    def publish(self, events: Iterable[Event]) -> None:
+        for e in events:
+            self._produce(self._events, event_key(e), e.model_dump_json().encode())
+        self._p.poll(0)
+
+    def dead_letter(self, dl: DeadLetter) -> None:
+        self._produce(self._dead, dl.stage.encode(), dl.model_dump_json().encode())
+
+    def flush(self, timeout: float = 30.0) -> None:
+        left = self._p.flush(timeout)
+        if left or self.failed:
+            raise DeliveryFailed(f"{left} undelivered, failures: {self.failed[:5]}")

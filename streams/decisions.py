@@ -1,0 +1,139 @@
+"""What the correlators decide: incidents and commands (the contract's output).
+
+These models carry exactly the fields of ``shared/contract/README.md`` §2 plus
+a few of our own (version, summary, evidence...) that subscribers may use and
+the contract lets them ignore.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "CATEGORIES",
+    "COMMAND_TYPES",
+    "Category",
+    "CommandType",
+    "Severity",
+    "Culprit",
+    "Incident",
+    "Target",
+    "Command",
+    "CommandResult",
+    "DeadLetter",
+    "StreamEnd",
+]
+
+Category = Literal[
+    "gpu_off_bus",
+    "gpu_memory_fault",
+    "gpu_ecc_degradation",
+    "gpu_thermal",
+    "gpu_nvlink_fault",
+    "gpu_firmware_fault",
+    "power_supply_fault",
+    "node_down",
+    "node_hardware_fault",
+    "rack_outage",
+    "network_timeout",
+    "cuda_oom",
+    "software_crash",
+    "checkpoint_failure",
+    "checkpoint_stale",
+    "training_hang",
+    "loss_anomaly",
+]
+CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
+
+CommandType = Literal[
+    "quarantine_gpu",
+    "cordon_node",
+    "drain_node",
+    "restart_job",
+    "validate_gpu",
+    "release_gpu",
+    "open_ticket",
+    "notify",
+    "reset_gpu",
+    "reboot_node",
+]
+COMMAND_TYPES: tuple[str, ...] = CommandType.__args__  # type: ignore[attr-defined]
+
+Severity = Literal["page", "ticket", "info"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class Culprit(_Model):
+    node: str | None = None
+    gpus: list[str] = Field(default_factory=list)
+
+
+class Incident(_Model):
+    """One incident per affected job and root cause; every change is a new version."""
+
+    schema_version: int = 1
+    id: str
+    job: str | None
+    category: Category
+    culprit: Culprit
+    opened_at: datetime
+    severity: Severity
+    state: str
+    version: int = 1
+    updated_at: datetime | None = None
+    summary: str = ""
+    evidence: list[str] = Field(default_factory=list)
+    lost_gpu_hours: float | None = None
+
+
+class Target(_Model):
+    job: str | None = None
+    node: str | None = None
+    gpu: str | None = None
+
+
+class Command(_Model):
+    schema_version: int = 1
+    id: str
+    incident: str
+    type: CommandType
+    target: Target
+    issued_at: datetime
+    requires_approval: bool = False
+    params: dict[str, Any] = Field(default_factory=dict)
+    reason: str = ""
+
+
+class CommandResult(_Model):
+    """What an executor reports for one command id."""
+
+    schema_version: int = 1
+    command: str
+    status: Literal["done", "failed", "skipped_duplicate", "waiting_approval", "denied", "dry_run"]
+    at: datetime
+    executor: str
+    detail: str = ""
+
+
+class DeadLetter(_Model):
+    """A record that could not be used, with why. Never silently dropped."""
+
+    schema_version: int = 1
+    stage: str
+    reason: str
+    raw: str
+    at: datetime
+
+
+class StreamEnd(_Model):
+    """Replay only: the correlator has judged every observation of a capture."""
+
+    schema_version: int = 1
+    end_of_stream: Literal[True] = True
+    events: int = 0

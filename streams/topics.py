@@ -1,0 +1,59 @@
+"""Every topic faultline uses, declared once.
+
+A namespace prefixes every name, so a replay (``faultline.replay-<id>``) runs
+beside the live pipeline (``faultline``) on the same broker without touching it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from streams.decisions import Command, CommandResult, DeadLetter, Incident, StreamEnd
+from streams.events import Event
+
+__all__ = ["TopicSpec", "TOPICS", "topic_name", "spec"]
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    suffix: str
+    key: str
+    model: type[BaseModel]
+    partitions: int
+    cleanup: str  # "delete" or "compact"
+    retention_ms: int | None
+    doc: str
+
+
+_DAY = 86_400_000
+
+TOPICS: dict[str, TopicSpec] = {
+    spec.suffix: spec
+    for spec in (
+        TopicSpec("events", "node (or job for job-level sources)", Event, 12, "delete", 7 * _DAY,
+                  "Canonical events from every producer."),
+        TopicSpec("incidents", "incident id", Incident, 6, "compact", None,
+                  "Every version of every incident; compaction keeps the latest."),
+        TopicSpec("commands", "command id", Command, 6, "delete", 30 * _DAY,
+                  "Commands for downstream automation, in the order issued per incident."),
+        TopicSpec("command-results", "command id", CommandResult, 6, "delete", 30 * _DAY,
+                  "One result per command and executor."),
+        TopicSpec("deadletters", "stage", DeadLetter, 1, "delete", 30 * _DAY,
+                  "Input that could not be used, with the reason."),
+        TopicSpec("control", "namespace", StreamEnd, 1, "delete", 7 * _DAY,
+                  "Replay markers: the correlator has judged a whole capture."),
+    )
+}
+
+
+def spec(suffix: str) -> TopicSpec:
+    return TOPICS[suffix]
+
+
+def topic_name(namespace: str, suffix: str) -> str:
+    """Full topic name, e.g. ``topic_name("faultline", "events") == "faultline.events"``."""
+    if suffix not in TOPICS:
+        raise KeyError(f"unknown topic {suffix!r}; declared: {sorted(TOPICS)}")
+    return f"{namespace}.{suffix}"
