@@ -1,0 +1,108 @@
+"""`faultline demo`: the whole pipeline on the embedded defaults with a simulated fleet.
+
+Five nodes of eight GPUs train one job; ten minutes in, a GPU falls off the
+bus. The capture is fed through the real broker at a steady pace, decisions
+are printed as the correlator makes them, and everything lands in the archive.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+from confluent_kafka import Consumer
+
+from faultline.pipeline import (
+    CorrelatorWorker,
+    archive,
+    end_marker,
+    ensure_broker,
+    publish_capture,
+    wait_for_end,
+)
+from faultline.settings import Settings
+from faultline.simulate import Fleet
+from faultline.topic_io import create_namespace_topics
+from producers.delivery import EventPublisher
+from streams.decisions import Command, Incident
+from streams.topics import topic_name
+
+__all__ = ["run_demo"]
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _watch(conf: dict, namespace: str, stop: threading.Event) -> None:
+    """Print incidents and commands as they reach their topics."""
+    c = Consumer({**conf, "group.id": f"demo-watch-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"})
+    inc_t, cmd_t = topic_name(namespace, "incidents"), topic_name(namespace, "commands")
+    c.subscribe([inc_t, cmd_t])
+    try:
+        while not stop.is_set():
+            m = c.poll(0.2)
+            if m is None or m.error() or m.value() is None:
+                continue
+            if m.topic() == inc_t:
+                i = Incident.model_validate_json(m.value())
+                _say(f"  [{i.updated_at:%H:%M:%S}] INCIDENT {i.category} job={i.job} culprit={i.culprit.node} "
+                     f"{i.culprit.gpus} severity={i.severity} state={i.state}")
+            else:
+                k = Command.model_validate_json(m.value())
+                tgt = ", ".join(f"{a}={v}" for a, v in k.target.model_dump().items() if v)
+                extra = f" from step {k.params['checkpoint']['step']}" if k.type == "restart_job" and \
+                    k.params.get("checkpoint") else ""
+                _say(f"  [{k.issued_at:%H:%M:%S}] COMMAND  {k.type} {tgt}{extra}"
+                     f"{'  (waits for approval)' if k.requires_approval else ''}")
+    finally:
+        c.close()
+
+
+def _paced(lines: list[bytes], seconds: float) -> Iterator[bytes]:
+    start, n = time.monotonic(), len(lines)
+    for i, line in enumerate(lines):
+        ahead = start + seconds * i / n - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
+        yield line
+
+
+def run_demo(settings: Settings, seconds: float = 20) -> int:
+    fleet = Fleet()
+    lines = [line.encode() for line in fleet.lines()]
+    _say(f"faultline demo: {fleet.nodes + fleet.spare_nodes} nodes x {fleet.gpus_per_node} GPUs, job "
+         f"{fleet.job!r}; a GPU falls off the bus {fleet.fault.at_s / 60 if fleet.fault else 0:.0f} minutes in.")
+    _say("starting the broker (first run fetches Kafka with Maven)...")
+    bootstrap = ensure_broker(settings)
+    conf = settings.kafka_config(bootstrap)
+    namespace = f"{settings.namespace}.demo-{uuid.uuid4().hex[:8]}"
+    create_namespace_topics(conf, namespace, partitions=1)
+    _say(f"broker {bootstrap}; topics {namespace}.*; starting the correlator worker...")
+    worker = CorrelatorWorker(settings, bootstrap, namespace)
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(conf, namespace, stop), daemon=True)
+    watcher.start()
+    try:
+        _say(f"streaming {len(lines)} observations ({fleet.duration_s / 60:.0f} min of fleet time) "
+             f"over {seconds:.0f}s:")
+        pub = EventPublisher(conf, namespace)
+        n, _, _, last = publish_capture(pub, _paced(lines, seconds))
+        pub.publish([end_marker(n, last)])
+        pub.flush()
+        wait_for_end(conf, namespace, worker, timeout=120)
+        time.sleep(1.0)  # let the watcher print the last decisions
+        rows = archive(settings, conf, namespace)
+    finally:
+        stop.set()
+        watcher.join(5)
+        worker.stop()
+    _say(f"done: {rows} rows archived to {settings.archive_url} (namespace {namespace}).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_demo(Settings()))

@@ -1,0 +1,183 @@
+"""Run the stages together on one machine: for `faultline replay` and `faultline demo`.
+
+Capture lines → producer-side parsing → Kafka (events) → the Faust correlator
+worker (a real `faultline worker` process) → incidents/commands topics → the
+ClickHouse archive sink. Each run gets a topic namespace of its own, so it can
+run beside a live pipeline on the same broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from faultline.outcome import collate
+from faultline.settings import Settings
+from faultline.topic_io import check_broker, create_namespace_topics, delete_namespace_topics, read_topic
+from producers.capture import BadInput, parse_capture_line
+from producers.delivery import EventPublisher
+from streams.decisions import Command, DeadLetter, Incident, StreamEnd
+from streams.events import EndOfCapture, Event
+from streams.topics import topic_name
+
+__all__ = ["Run", "ensure_broker", "CorrelatorWorker", "replay"]
+
+log = logging.getLogger("faultline.pipeline")
+
+
+def ensure_broker(settings: Settings) -> str:
+    """The configured broker, or the local one (started in the background if needed)."""
+    if settings.kafka:
+        bootstrap = settings.kafka
+    else:
+        from deploy.local.kafka import start_detached
+
+        log.info("FAULTLINE_KAFKA unset: using the local broker on 127.0.0.1:%d", settings.local_kafka_port)
+        bootstrap = start_detached(settings.data_dir / "kafka", port=settings.local_kafka_port)
+    check_broker(settings.kafka_config(bootstrap))
+    return bootstrap
+
+
+class CorrelatorWorker:
+    """A `faultline worker` process (the Faust app) for one namespace."""
+
+    def __init__(self, settings: Settings, bootstrap: str, namespace: str) -> None:
+        env = {**os.environ, "FAULTLINE_KAFKA": bootstrap, "FAULTLINE_NAMESPACE": namespace,
+               "FAULTLINE_DATA_DIR": str(settings.data_dir)}
+        if settings.policy:
+            env["FAULTLINE_POLICY"] = str(settings.policy)
+        logdir = settings.data_dir / "logs"
+        logdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = logdir / f"worker-{namespace}.log"
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "correlators.app", "worker", "-l", "warn", "--without-web"],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # faust can hang in shutdown; it holds no state we need
+                self.proc.wait(5)
+        self._log.close()
+
+    def tail(self, n: int = 30) -> str:
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-n:])
+
+
+@dataclass
+class Run:
+    namespace: str
+    lines: int = 0
+    events: int = 0
+    bad: int = 0
+    incidents: list[Incident] = field(default_factory=list)
+    commands: list[Command] = field(default_factory=list)
+    archived_rows: int = 0
+
+    def contract(self) -> dict[str, list[dict[str, Any]]]:
+        return collate(self.incidents, self.commands)
+
+
+def publish_capture(pub: EventPublisher, lines: Iterable[bytes], on_line: Callable[[int], None] | None = None,
+                    ) -> tuple[int, int, int, datetime | None]:
+    """Parse and publish every line; bad lines become dead letters. Returns (lines, events, bad, last ts)."""
+    n = events = bad = 0
+    last: datetime | None = None
+    for raw in lines:
+        n += 1
+        try:
+            parsed = parse_capture_line(raw)
+        except BadInput as exc:
+            bad += 1
+            pub.dead_letter(DeadLetter(stage="producer", reason=f"line {n}: {exc.reason}",
+                                       raw=raw[:10000].decode("utf-8", "replace"), at=datetime.now(UTC)))
+            continue
+        pub.publish(parsed)
+        events += len(parsed)
+        for e in parsed:
+            last = e.ts if last is None or e.ts > last else last
+        if on_line:
+            on_line(n)
+    return n, events, bad, last
+
+
+def end_marker(lines: int, last: datetime | None) -> Event:
+    return Event(id=f"end-of-capture-{uuid.uuid4().hex}", ts=last or datetime.now(UTC), source="replay",
+                 body=EndOfCapture(lines=lines))
+
+
+def wait_for_end(conf: dict[str, Any], namespace: str, worker: CorrelatorWorker, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    topic = topic_name(namespace, "control")
+    while time.monotonic() < deadline:
+        if not worker.alive():
+            raise RuntimeError(f"the correlator worker exited early; its log ends:\n{worker.tail()}")
+        for raw in read_topic(conf, topic, timeout=10):
+            StreamEnd.model_validate_json(raw)
+            return
+        time.sleep(0.3)
+    raise TimeoutError(f"the correlator did not finish within {timeout:.0f}s; log {worker.log_path}:\n{worker.tail()}")
+
+
+def collect(conf: dict[str, Any], namespace: str) -> tuple[list[Incident], list[Command]]:
+    incidents = [Incident.model_validate_json(v) for v in read_topic(conf, topic_name(namespace, "incidents"))]
+    commands = [Command.model_validate_json(v) for v in read_topic(conf, topic_name(namespace, "commands"))]
+    return incidents, commands
+
+
+def archive(settings: Settings, conf: dict[str, Any], namespace: str) -> int:
+    from sinks.archive.store import Archive
+    from sinks.archive_sink import ArchiveSink
+
+    store = Archive.open(settings.archive_url)
+    try:
+        sink = ArchiveSink(conf, namespace, store)
+        try:
+            return sink.drain(timeout_s=120)
+        finally:
+            sink.close()
+    finally:
+        store.close()
+
+
+def replay(capture: Path, settings: Settings, keep_topics: bool = False,
+           on_line: Callable[[int], None] | None = None) -> Run:
+    """Run a capture through the real pipeline; return what it decided (also archived)."""
+    bootstrap = ensure_broker(settings)
+    conf = settings.kafka_config(bootstrap)
+    run = Run(namespace=f"{settings.namespace}.replay-{uuid.uuid4().hex[:10]}")
+    create_namespace_topics(conf, run.namespace, partitions=1)  # one partition: decisions keep their order
+    worker = CorrelatorWorker(settings, bootstrap, run.namespace)
+    try:
+        pub = EventPublisher(conf, run.namespace)
+        with capture.open("rb") as f:
+            run.lines, run.events, run.bad, last = publish_capture(pub, f, on_line)
+        pub.publish([end_marker(run.lines, last)])
+        pub.flush()
+        wait_for_end(conf, run.namespace, worker, timeout=120 + run.lines / 500)
+        run.incidents, run.commands = collect(conf, run.namespace)
+        run.archived_rows = archive(settings, conf, run.namespace)
+    finally:
+        worker.stop()
+        if not keep_topics:
+            delete_namespace_topics(conf, run.namespace)
+    return run
