@@ -1,0 +1,3 @@
+"""Deployment helpers for faultline (local broker launcher and friends)."""
+
+__all__ = ["local"]

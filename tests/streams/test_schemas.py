@@ -1,0 +1,112 @@
+"""Schema round-trips: every record survives JSON both ways, and subscribers get JSON Schema."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from streams import events as ev
+from streams.decisions import Command, Culprit, Incident, Target
+from streams.export import export_schemas
+from streams.gpu_ids import short_pci
+from streams.topics import TOPICS, topic_name
+
+T = datetime(2026, 4, 22, 3, 0, tzinfo=UTC)
+GPU = ev.GpuRef(index=2, uuid="GPU-1", pci="3a:00")
+
+BODIES: list[ev.Body] = [
+    ev.Inventory(rack="r1", gpus=[ev.GpuInfo(index=0, uuid="GPU-0", pci="18:00", power_domain="psu-A")]),
+    ev.Xid(code=79, gpu=GPU, message="GPU has fallen off the bus."),
+    ev.GpuLost(gpu=GPU),
+    ev.KernelFault(fault="pcie_aer", severity="fatal", device="0000:3a:00.0"),
+    ev.GpuSample(gpu=GPU, metrics=ev.GpuMetrics(temperature_c=61.5, ecc_sbe_volatile=3,
+                                                clocks_event_reasons=["SW_POWER_CAP"])),
+    ev.NcclTimeout(seq=5120, op_type="ALLREDUCE", timeout_ms=600000, ran_ms=600169),
+    ev.NcclProgress(timeout_at=5120, last_enqueued=5120, last_completed=5119),
+    ev.NcclError(message="unhandled system error"),
+    ev.CudaError(error="an illegal memory access was encountered"),
+    ev.CudaOom(gpu_index=5),
+    ev.AppError(exception="ValueError", message="bad batch"),
+    ev.WorkerExit(exitcode=-6, signal="SIGABRT"),
+    ev.JobStarted(allocation=[ev.RankAllocation(node="n1", gpus=[0, 1], ranks=[0, 1])], world_size=2,
+                  elastic=ev.Elasticity(min_gpus=1, max_gpus=2),
+                  checkpoint=ev.CheckpointPolicy(dir="/ck", interval_s=600), max_restarts=3),
+    ev.JobEnded(status="failed"),
+    ev.NodeState(ready=False),
+    ev.BmcPower(on=True),
+    ev.BmcSel(sensor="Power Supply PS2", description="Failure detected", component="power_supply",
+              hardware_fault=True),
+    ev.BmcUnreachable(),
+    ev.AgentHeartbeat(),
+    ev.TrainStep(step=10, loss=2.39, samples_per_s=430.0),
+    ev.CheckpointSaved(step=600, path="/ck/600", bytes=14, seconds=4.7),
+    ev.CheckpointFailed(step=610, error="ENOSPC"),
+    ev.CheckpointLoaded(step=600),
+    ev.TrainerHeartbeat(),
+    ev.EndOfCapture(lines=10),
+]
+
+
+def test_every_body_kind_is_covered() -> None:
+    kinds = {b.kind for b in BODIES}
+    declared = {m.model_fields["kind"].default for m in ev.Body.__origin__.__args__}  # type: ignore[attr-defined]
+    assert kinds == declared
+
+
+@pytest.mark.parametrize("body", BODIES, ids=lambda b: b.kind)
+def test_event_round_trip(body: ev.Body) -> None:
+    e = ev.Event(id="e1", ts=T, source="test", node="n1", job="j", rank=3, body=body)
+    again = ev.Event.model_validate_json(e.model_dump_json())
+    assert again == e
+    assert again.kind == body.kind
+    assert again.schema_version == ev.SCHEMA_VERSION
+
+
+def test_nan_loss_survives_the_bus() -> None:
+    e = ev.Event(id="e", ts=T, source="trainer", body=ev.TrainStep(step=1, loss=float("nan")))
+    raw = e.model_dump_json()
+    assert "NaN" in raw  # written the way Python's json module writes it
+    loss = ev.Event.model_validate_json(raw).body.loss  # type: ignore[union-attr]
+    assert loss is not None and math.isnan(loss)
+
+
+def test_unknown_kind_is_rejected() -> None:
+    with pytest.raises(ValidationError):
+        ev.Event.model_validate({"id": "x", "ts": T.isoformat(), "source": "s", "body": {"kind": "nope"}})
+
+
+def test_decisions_round_trip() -> None:
+    inc = Incident(id="inc-1", job="j", category="gpu_off_bus", culprit=Culprit(node="n", gpus=["GPU-1"]),
+                   opened_at=T, severity="page", state="open")
+    cmd = Command(id="cmd-1", incident="inc-1", type="restart_job", target=Target(job="j"), issued_at=T,
+                  params={"checkpoint": {"path": "/ck", "step": 1}, "gpus": 8, "exclude": {"nodes": [], "gpus": []}})
+    assert Incident.model_validate_json(inc.model_dump_json()) == inc
+    assert Command.model_validate_json(cmd.model_dump_json()) == cmd
+    with pytest.raises(ValidationError):
+        Incident.model_validate({**inc.model_dump(), "category": "bad_luck"})
+
+
+def test_schema_export(tmp_path: Path) -> None:
+    paths = export_schemas(tmp_path)
+    assert {p.name for p in paths} == {f"{s}.schema.json" for s in TOPICS}
+    for p in paths:
+        schema = json.loads(p.read_text())
+        assert schema["x-faultline-topic"]["suffix"] in TOPICS
+        assert "properties" in schema
+
+
+def test_topic_names() -> None:
+    assert topic_name("faultline", "events") == "faultline.events"
+    with pytest.raises(KeyError):
+        topic_name("faultline", "nope")
+
+
+@pytest.mark.parametrize("raw,want", [("00000000:C1:00.0", "c1:00"), ("PCI:0000:c1:00", "c1:00"),
+                                      ("c1:00", "c1:00"), ("0000:3A:00.0", "3a:00"), ("", None), ("junk", None)])
+def test_short_pci(raw: str, want: str | None) -> None:
+    assert short_pci(raw) == want
