@@ -45,14 +45,15 @@ def _watch(conf: dict, namespace: str, stop: threading.Event) -> None:
     try:
         while not stop.is_set():
             m = c.poll(0.2)
-            if m is None or m.error() or m.value() is None:
+            value = m.value() if m is not None and not m.error() else None
+            if m is None or value is None:
                 continue
             if m.topic() == inc_t:
-                i = Incident.model_validate_json(m.value())
+                i = Incident.model_validate_json(value)
                 _say(f"  [{i.updated_at:%H:%M:%S}] INCIDENT {i.category} job={i.job} culprit={i.culprit.node} "
                      f"{i.culprit.gpus} severity={i.severity} state={i.state}")
             else:
-                k = Command.model_validate_json(m.value())
+                k = Command.model_validate_json(value)
                 tgt = ", ".join(f"{a}={v}" for a, v in k.target.model_dump().items() if v)
                 extra = f" from step {k.params['checkpoint']['step']}" if k.type == "restart_job" and \
                     k.params.get("checkpoint") else ""

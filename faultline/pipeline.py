@@ -150,7 +150,7 @@ def archive(settings: Settings, conf: dict[str, Any], namespace: str) -> int:
 
     store = Archive.open(settings.archive_url)
     try:
-        sink = ArchiveSink(conf, namespace, store)
+        sink = ArchiveSink(store, conf["bootstrap.servers"], namespace, consumer_config=conf)
         try:
             return sink.drain(timeout_s=120)
         finally:

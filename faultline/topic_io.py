@@ -70,9 +70,10 @@ def read_topic(conf: dict[str, Any], topic: str, timeout: float = 30.0) -> Itera
             m = c.poll(0.5)
             if m is None or m.error():
                 continue
-            if m.value() is not None:
-                yield m.value()
-            if m.offset() + 1 >= ends.get(m.partition(), 0):
+            value, offset = m.value(), m.offset() or 0
+            if value is not None:
+                yield value
+            if offset + 1 >= ends.get(m.partition(), 0):
                 ends.pop(m.partition(), None)
         if ends:
             raise TimeoutError(f"reading {topic}: partitions {sorted(ends)} not read to the end in {timeout}s")

@@ -57,7 +57,8 @@ SCHEMA_VERSION = 1
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # NaN and Infinity travel as JSON constants (as Python's json writes them): a NaN loss is news.
+    model_config = ConfigDict(extra="ignore", frozen=True, ser_json_inf_nan="constants")
 
 
 class GpuRef(_Model):

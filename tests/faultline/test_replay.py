@@ -1,0 +1,85 @@
+"""`faultline replay` end to end: real broker, a real Faust worker process, the embedded archive."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from faultline.pipeline import replay
+from faultline.settings import Settings
+from faultline.topic_io import delete_namespace_topics, read_topic
+from sinks.archive.store import Archive
+from streams.decisions import DeadLetter
+from streams.topics import topic_name
+
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+SCENARIOS = SHARED / "scenarios"
+
+pytestmark = pytest.mark.broker
+
+
+def _scorer() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("score_replay", SHARED / "contract" / "score_replay.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def settings(kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> Settings:
+    return Settings(kafka=kafka_bootstrap, data_dir=tmp_path, namespace=unique_name,
+                    archive=f"chdb://{tmp_path / 'archive'}")
+
+
+@pytest.mark.skipif(not SCENARIOS.is_dir(), reason="shared scenarios not present")
+def test_psu_scenario_through_the_broker_scores_full_and_is_archived(settings: Settings) -> None:
+    capture = SCENARIOS / "psu_rail_loss.jsonl"
+    run = replay(capture, settings)
+    out = run.contract()
+    json.dumps(out)  # valid JSON
+    score = _scorer()
+    scorer = score.Scorer(score.load_inventory(str(capture)), out)
+    passed, total = scorer.score(json.loads((SCENARIOS / "psu_rail_loss.expect.json").read_text()))
+    assert passed == total, scorer.failed
+    assert run.lines == sum(1 for _ in capture.open()) and run.bad == 0
+
+    with Archive.open(settings.archive_url) as archive:
+        rows = archive.latest_incidents(job="ft-7b")
+        assert [r["category"] for r in rows] == ["power_supply_fault"]
+        assert rows[0]["id"] == out["incidents"][0]["id"]
+        archived = {c["id"] for c in archive.commands(incident=rows[0]["id"])}
+        assert archived == {c["id"] for c in out["commands"]}
+        assert archive.count("events") == run.events + 1  # plus the end-of-capture marker
+
+
+def test_bad_lines_go_to_dead_letters_and_the_replay_goes_on(settings: Settings, tmp_path: Path) -> None:
+    good = [
+        {"ts": "2026-04-22T03:00:00+00:00", "source": "inventory", "node": "n1", "rack": "r1",
+         "gpus": [{"index": 0, "uuid": "GPU-a", "pci_bus_id": "00000000:3A:00.0"}]},
+        {"ts": "2026-04-22T03:00:10+00:00", "source": "kernel", "node": "n1",
+         "line": "NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."},
+    ]
+    bad = [b"this is not json", b'{"source": "kernel", "node": "n1"}', b'{"ts": "2026-04-22T03:00:11+00:00"}',
+           b'{"ts": "2026-04-22T03:00:12+00:00", "source": "toaster"}', b"\xff\xfe\x00 broken utf-8"]
+    capture = tmp_path / "mixed.jsonl"
+    capture.write_bytes(b"\n".join([json.dumps(good[0]).encode(), *bad, json.dumps(good[1]).encode()]) + b"\n")
+
+    run = replay(capture, settings, keep_topics=True)
+    try:
+        assert (run.lines, run.bad) == (7, 5)
+        out = run.contract()
+        assert [i["category"] for i in out["incidents"]] == ["gpu_off_bus"]  # the good lines around them count
+        conf = settings.kafka_config(settings.kafka or "")
+        letters = [DeadLetter.model_validate_json(v)
+                   for v in read_topic(conf, topic_name(run.namespace, "deadletters"))]
+        assert len(letters) == 5
+        assert all(dl.stage == "producer" and dl.reason for dl in letters)
+        with Archive.open(settings.archive_url) as archive:
+            assert archive.count("deadletters") == 5
+    finally:
+        delete_namespace_topics(settings.kafka_config(settings.kafka or ""), run.namespace)
