@@ -5,15 +5,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+# Debian packages: deploy/local/apt-packages.txt lists them with why.
 need_apt=()
-command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
-command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+while read -r pkg; do
+  [ -n "$pkg" ] || continue
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
+done < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' deploy/local/apt-packages.txt)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need_apt[*]} with apt-get"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
   else
-    echo "setup: please install ${need_apt[*]} (Java 17+ and Maven run the local Kafka broker)" >&2
+    echo "setup: please install the Debian packages ${need_apt[*]} (see deploy/local/apt-packages.txt)" >&2
     exit 1
   fi
 fi
