@@ -1,0 +1,304 @@
+"""Kafka → archive: consume a namespace's topics into the ClickHouse archive.
+
+One consumer reads the ``events``, ``incidents``, ``commands``,
+``command-results`` and ``deadletters`` topics of a namespace, decodes every
+record with its topic's model and writes batches (by size or age) to the
+:class:`~sinks.archive.store.Archive`. A batch is written first and its offsets
+committed (synchronously) after, so a crash between the two only re-delivers
+records the archive already holds, and the archive's writes are idempotent.
+When the archive fails, the sink backs off (bounded exponential), commits
+nothing and writes the same batch again. A record that does not decode becomes
+a row in the archive's ``deadletters`` table, with the reason; it never stops
+the sink.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from prometheus_client import Counter
+from pydantic import BaseModel
+
+from sinks.archive.store import Archive
+from streams.decisions import DeadLetter
+from streams.topics import TOPICS, topic_name
+
+__all__ = [
+    "SUFFIXES",
+    "ArchiveSink",
+    "ROWS_WRITTEN",
+    "BATCHES_WRITTEN",
+    "DEAD_LETTERS",
+    "WRITE_RETRIES",
+]
+
+log = logging.getLogger(__name__)
+
+# Module-level, so created once per process however many sinks run in it.
+ROWS_WRITTEN = Counter("faultline_archive_rows_written", "Rows written to the archive", ["table"])
+BATCHES_WRITTEN = Counter("faultline_archive_batches", "Batches written to the archive and committed")
+DEAD_LETTERS = Counter("faultline_archive_dead_letters", "Records the archive sink could not decode")
+WRITE_RETRIES = Counter("faultline_archive_write_retries", "Failed archive writes, retried after a back-off")
+
+# Topic suffix -> (archive table, Archive method writing it), in the order a batch is written.
+_ROUTES: dict[str, tuple[str, str]] = {
+    "events": ("events", "write_events"),
+    "incidents": ("incident_versions", "write_incidents"),
+    "commands": ("commands", "write_commands"),
+    "command-results": ("command_results", "write_results"),
+    "deadletters": ("deadletters", "write_deadletters"),
+}
+SUFFIXES: tuple[str, ...] = tuple(_ROUTES)
+
+_BACKOFF_FIRST_S = 0.1
+_BACKOFF_MAX_S = 5.0
+_DRAIN_BATCH = 5000
+_DRAIN_WAIT_S = 0.2
+_MAX_REASON = 2000
+# Consumer settings that the admin client (end offsets) shares.
+_CONNECTION_SETTINGS = ("bootstrap.", "client.", "security.", "sasl.", "ssl.", "socket.")
+
+
+@dataclass
+class _Batch:
+    """Decoded records waiting to be written, and the offsets to commit after."""
+
+    records: dict[str, list[BaseModel]] = field(default_factory=lambda: defaultdict(list))
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    size: int = 0
+    opened: float = 0.0
+
+    def add(self, suffix: str | None, record: BaseModel | None, msg: Message) -> None:
+        if self.size == 0:
+            self.opened = time.monotonic()
+        if suffix is not None and record is not None:
+            self.records[suffix].append(record)
+        self.offsets[(str(msg.topic()), int(msg.partition() or 0))] = int(msg.offset() or 0) + 1
+        self.size += 1
+
+    def due(self, max_batch: int, max_wait_s: float) -> bool:
+        return self.size >= max_batch or (self.size > 0 and time.monotonic() - self.opened >= max_wait_s)
+
+
+class ArchiveSink:
+    """Consumes one namespace's topics into an :class:`Archive` (which the caller owns)."""
+
+    def __init__(
+        self,
+        archive: Archive,
+        bootstrap: str,
+        namespace: str,
+        *,
+        group_id: str | None = None,
+        consumer_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.archive = archive
+        self.topics = {topic_name(namespace, suffix): suffix for suffix in SUFFIXES}
+        config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id or f"{namespace}.archive",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            # Notice topics created after the sink started within seconds, not minutes.
+            "topic.metadata.refresh.interval.ms": 10_000,
+        }
+        config.update(consumer_config or {})
+        self._consumer = Consumer(config)
+        self._admin = AdminClient({k: v for k, v in config.items() if k.startswith(_CONNECTION_SETTINGS)})
+        self._consumer.subscribe(list(self.topics))
+        self._closed = False
+
+    def close(self) -> None:
+        """Leave the consumer group (the archive stays open); idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._consumer.close()
+
+    def __enter__(self) -> ArchiveSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- loops ------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None, max_batch: int = 5000, max_wait_s: float = 0.5) -> None:
+        """Consume and archive until ``stop`` is set (forever without one).
+
+        A batch still buffered at stop is written and committed; one the archive
+        refuses until stop is dropped uncommitted, to be re-delivered later.
+        """
+        stop = stop or threading.Event()
+        batch = _Batch()
+        while not stop.is_set():
+            self._poll(batch, max_batch, max_wait_s)
+            if batch.due(max_batch, max_wait_s):
+                self._flush(batch, stop.wait)
+                batch = _Batch()
+        if batch.size:
+            self._flush(batch, stop.wait)
+
+    def drain(self, until: dict[str, dict[int, int]] | None = None, timeout_s: float = 60) -> int:
+        """Archive until every partition reaches ``until`` (default: the end offsets now).
+
+        ``until`` maps topic -> partition -> offset to reach (exclusive, as high
+        watermarks are). Returns the rows written; raises :class:`TimeoutError`
+        when ``timeout_s`` passes first.
+        """
+        deadline = time.monotonic() + timeout_s
+        targets = until if until is not None else self.end_offsets()
+        pending = {(t, p): end for t, parts in targets.items() for p, end in parts.items() if end > 0}
+
+        def wait_or_give_up(delay: float) -> bool:
+            time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+            return time.monotonic() >= deadline
+
+        written = 0
+        batch = _Batch()
+        while True:
+            if batch.size == 0:
+                self._forget_reached(pending)
+                if not pending:
+                    return written
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"archive drain: partitions not reached in {timeout_s}s: {sorted(pending)}")
+            self._poll(batch, _DRAIN_BATCH, _DRAIN_WAIT_S)
+            if batch.due(_DRAIN_BATCH, _DRAIN_WAIT_S):
+                rows = self._flush(batch, wait_or_give_up)
+                if rows is None:
+                    raise TimeoutError(f"archive drain: archive still failing after {timeout_s}s")
+                written += rows
+                batch = _Batch()
+
+    def end_offsets(self, timeout_s: float = 10) -> dict[str, dict[int, int]]:
+        """Where every partition of the sink's (existing) topics ends now.
+
+        That is the last stable offset: the high watermark, short of any open
+        transaction, which a read-committed consumer cannot pass yet. Asked on
+        an admin connection of its own, so the consumer's long-poll fetches do
+        not delay it.
+        """
+        meta = self._admin.list_topics(timeout=timeout_s).topics
+        request = {
+            TopicPartition(topic, partition): OffsetSpec.latest()
+            for topic in self.topics
+            if topic in meta and meta[topic].error is None
+            for partition in meta[topic].partitions
+        }
+        if not request:
+            return {}
+        answers = self._admin.list_offsets(
+            request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s
+        )
+        ends: dict[str, dict[int, int]] = {}
+        for tp, answer in answers.items():
+            ends.setdefault(tp.topic, {})[tp.partition] = answer.result(timeout=timeout_s).offset
+        return ends
+
+    # --- steps ------------------------------------------------------------------------------
+
+    def _poll(self, batch: _Batch, max_batch: int, max_wait_s: float) -> None:
+        """Add what arrives within the batch's remaining time (or ``max_wait_s``) to it."""
+        wait = max_wait_s if batch.size == 0 else batch.opened + max_wait_s - time.monotonic()
+        for msg in self._consumer.consume(num_messages=max(1, max_batch - batch.size), timeout=max(0.0, wait)):
+            err = msg.error()
+            if err is None:
+                batch.add(*self._decode(msg), msg)
+            elif err.fatal():
+                raise KafkaException(err)
+            elif err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                log.debug("archive sink: %s", err)
+            else:
+                log.warning("archive sink: consumer error: %s", err)
+
+    def _decode(self, msg: Message) -> tuple[str | None, BaseModel | None]:
+        """The record as its topic's model, or as a dead letter saying why it is not."""
+        topic = str(msg.topic())
+        suffix = self.topics[topic]
+        value = msg.value()
+        if value is None and TOPICS[suffix].cleanup == "compact":
+            return None, None  # a tombstone: nothing to archive
+        try:
+            if value is None:
+                raise ValueError("record has no value")
+            return suffix, TOPICS[suffix].model.model_validate_json(value)
+        except ValueError as exc:
+            DEAD_LETTERS.inc()
+            kind, ms = msg.timestamp()
+            at = datetime.fromtimestamp(ms / 1000, UTC) if kind != TIMESTAMP_NOT_AVAILABLE else datetime.now(UTC)
+            raw = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value or "")
+            reason = f"{type(exc).__name__}: {exc}"[:_MAX_REASON]
+            return "deadletters", DeadLetter(stage=f"archive-sink:{topic}", reason=reason, raw=raw, at=at)
+
+    def _flush(self, batch: _Batch, wait: Callable[[float], bool]) -> int | None:
+        """Write the batch (retrying), then commit its offsets; None if ``wait`` gave up."""
+        delay = _BACKOFF_FIRST_S
+        while True:
+            try:
+                rows = self._write(batch)
+                break
+            except Exception:
+                WRITE_RETRIES.inc()
+                log.warning("archive write failed; retrying in %.1fs", delay, exc_info=True)
+                if wait(delay):
+                    return None
+                delay = min(delay * 2, _BACKOFF_MAX_S)
+        try:
+            self._consumer.commit(offsets=self._commit_offsets(batch), asynchronous=False)
+        except KafkaException as exc:
+            # Archived already: a re-delivery after this is harmless (idempotent writes).
+            log.warning("archive sink: offset commit failed: %s", exc)
+        BATCHES_WRITTEN.inc()
+        return rows
+
+    def _commit_offsets(self, batch: _Batch) -> list[TopicPartition]:
+        """The batch's next offsets, moved past any transaction markers the consumer skipped.
+
+        Every record consumed so far is in the batch, so the consumer's position
+        is durable too; committing it keeps the group's lag at zero on topics
+        written in transactions.
+        """
+        parts = [TopicPartition(t, p) for t, p in batch.offsets]
+        positions = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.position(parts)}
+        return [TopicPartition(t, p, max(o, positions.get((t, p), -1))) for (t, p), o in batch.offsets.items()]
+
+    def _write(self, batch: _Batch) -> int:
+        rows = 0
+        for suffix, (table, method) in _ROUTES.items():
+            records = batch.records.get(suffix)
+            if records:
+                written: int = getattr(self.archive, method)(records)
+                ROWS_WRITTEN.labels(table=table).inc(written)
+                rows += written
+        return rows
+
+    def _forget_reached(self, pending: dict[tuple[str, int], int]) -> None:
+        """Drop the partitions whose consumed (or committed) position reached the target."""
+        if not pending:
+            return
+        parts = [TopicPartition(t, p) for t, p in pending]
+        positions = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.position(parts)}
+        unknown = [tp for tp in parts if positions.get((tp.topic, tp.partition), -1) < 0]
+        if unknown:
+            for tp in self._consumer.committed(unknown, timeout=10):
+                positions[(tp.topic, tp.partition)] = tp.offset
+        for key, end in list(pending.items()):
+            if positions.get(key, -1) >= end:
+                del pending[key]
