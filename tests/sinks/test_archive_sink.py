@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -189,6 +190,12 @@ def test_drain_passes_transaction_markers(kafka_bootstrap: str, namespace: str,
     producer.commit_transaction(30)
 
     sink = sink_for("a")
+    # The commit markers reach the partitions just after commit_transaction returns: wait (bounded) until
+    # the last stable offset shows the records, as any read-committed reader must.
+    deadline = time.monotonic() + 20
+    while not any(sink.end_offsets().get(topic_name(namespace, "events"), {}).values()) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert sink.drain(timeout_s=30) == len(sample.events)
     assert archive.count("events") == len(sample.events)
 
