@@ -1,6 +1,6 @@
 """The contract between faultline's stages: event and decision schemas, topics."""
 
-from streams.decisions import Command, CommandResult, DeadLetter, Incident, StreamEnd
+from streams.decisions import Approval, Command, CommandResult, DeadLetter, Incident, StreamEnd
 from streams.events import SCHEMA_VERSION, Event
 from streams.topics import TOPICS, topic_name
 
@@ -12,6 +12,7 @@ __all__ = [
     "CommandResult",
     "DeadLetter",
     "StreamEnd",
+    "Approval",
     "TOPICS",
     "topic_name",
 ]

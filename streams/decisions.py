@@ -25,6 +25,7 @@ __all__ = [
     "CommandResult",
     "DeadLetter",
     "StreamEnd",
+    "Approval",
 ]
 
 Category = Literal[
@@ -119,6 +120,17 @@ class CommandResult(_Model):
     at: datetime
     executor: str
     detail: str = ""
+
+
+class Approval(_Model):
+    """A person's decision on a command that requires approval (``faultline approve`` / ``deny``)."""
+
+    schema_version: int = 1
+    command: str
+    decision: Literal["approve", "deny"]
+    by: str
+    at: datetime
+    reason: str = ""
 
 
 class DeadLetter(_Model):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from streams.decisions import Command, CommandResult, DeadLetter, Incident, StreamEnd
+from streams.decisions import Approval, Command, CommandResult, DeadLetter, Incident, StreamEnd
 from streams.events import Event
 
 __all__ = ["TopicSpec", "TOPICS", "topic_name", "spec"]
@@ -40,6 +40,8 @@ TOPICS: dict[str, TopicSpec] = {
                   "Commands for downstream automation, in the order issued per incident."),
         TopicSpec("command-results", "command id", CommandResult, 6, "delete", 30 * _DAY,
                   "One result per command and executor."),
+        TopicSpec("approvals", "command id", Approval, 1, "delete", 90 * _DAY,
+                  "Approvals and denials of commands that wait for a person, with who and when."),
         TopicSpec("deadletters", "stage", DeadLetter, 1, "delete", 30 * _DAY,
                   "Input that could not be used, with the reason."),
         TopicSpec("control", "namespace", StreamEnd, 1, "delete", 7 * _DAY,
