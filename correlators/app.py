@@ -2,14 +2,29 @@
 
 Run it with ``faultline worker`` (or ``python -m correlators.app worker``).
 Configuration comes from ``FAULTLINE_*`` (see :mod:`faultline.settings`).
+
+State and restarts. The correlator is deterministic: the same events give the
+same state and the same decisions (with the same ids). So a worker that starts
+on a partition someone else was consuming (a crash, a rebalance) first rebuilds
+its state by reading that partition from the beginning up to where it takes
+over, silently; then it goes on. A changelog-backed table, ``emitted``, records
+per partition the offset whose decisions were last published, so events that
+were processed before a crash but not yet committed are judged again without
+publishing their decisions twice. Whatever slips through (a crash between a
+publish and the table update) repeats a decision with the same id, which every
+consumer treats as a duplicate.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from datetime import UTC, datetime
+from typing import Any
 
 import faust
+from confluent_kafka import Consumer, TopicPartition
 from pydantic import ValidationError
 
 from correlators.engine import Correlator
@@ -19,9 +34,39 @@ from streams.decisions import Command, DeadLetter, Incident, StreamEnd
 from streams.events import EndOfCapture, Event
 from streams.topics import topic_name
 
-__all__ = ["app", "make_app"]
+__all__ = ["app", "make_app", "rebuild"]
 
 log = logging.getLogger("faultline.correlator")
+
+
+def rebuild(engine: Correlator, conf: dict[str, Any], topic: str, partition: int, upto: int) -> int:
+    """Feed ``engine`` every event of ``topic[partition]`` below offset ``upto``, discarding decisions."""
+    c = Consumer({**conf, "group.id": f"faultline-rebuild-{topic}", "enable.auto.commit": False})
+    n = 0
+    try:
+        c.assign([TopicPartition(topic, partition, 0)])
+        idle_since = time.monotonic()
+        while True:
+            msgs = c.consume(1000, timeout=1.0)
+            if not msgs:
+                if time.monotonic() - idle_since > 60:
+                    raise TimeoutError(f"rebuilding from {topic}[{partition}]: no records before offset {upto}")
+                continue
+            idle_since = time.monotonic()
+            for m in msgs:
+                if m.error() or (m.offset() or 0) >= upto:
+                    continue
+                value = m.value()
+                if value is not None:
+                    try:
+                        engine.process(Event.model_validate_json(value))
+                        n += 1
+                    except ValidationError:
+                        pass  # it went to the dead letters the first time
+            if (msgs[-1].offset() or 0) >= upto - 1:
+                return n
+    finally:
+        c.close()
 
 
 def make_app(settings: Settings) -> faust.App:
@@ -32,40 +77,56 @@ def make_app(settings: Settings) -> faust.App:
         broker=f"kafka://{bootstrap}",
         store="memory://",
         web_enabled=False,
-        topic_allow_declare=False,
+        topic_allow_declare=True,  # the changelog of `emitted`; our own topics exist already
+        topic_partitions=1,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
+        # A dead worker's partitions move to a live one after this long (not Faust's default minute).
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=2.0,
         datadir=str(settings.data_dir / "faust"),
     )
-    events = app.topic(topic_name(ns, "events"), value_serializer="raw", key_serializer="raw")
+    events_topic = topic_name(ns, "events")
+    events = app.topic(events_topic, value_serializer="raw", key_serializer="raw")
     out = {s: app.topic(topic_name(ns, s), value_serializer="raw", key_serializer="raw")
            for s in ("incidents", "commands", "deadletters", "control")}
+    emitted = app.Table("emitted", default=lambda: -1, partitions=1, key_type=str, value_type=int)
     engine = Correlator(load_policy(settings.policy))
+    rebuilt: set[int] = set()
 
     async def send(suffix: str, key: str, value: bytes) -> None:
         await out[suffix].send(key=key.encode(), value=value)
 
+    async def publish(decisions: list[Incident | Command]) -> None:
+        for d in decisions:
+            await send("incidents" if isinstance(d, Incident) else "commands", d.id, d.model_dump_json().encode())
+
     @app.agent(events)
     async def correlate(stream: faust.StreamT) -> None:
-        count = 0
-        async for raw in stream:
-            count += 1
+        async for ev in stream.events():
+            msg = ev.message
+            part, offset = msg.partition, msg.offset
+            if part not in rebuilt:
+                rebuilt.add(part)
+                if offset > 0:
+                    n = await asyncio.get_running_loop().run_in_executor(
+                        None, rebuild, engine, settings.kafka_config(bootstrap), events_topic, part, offset)
+                    log.warning("rebuilt state from %d earlier events of partition %d", n, part)
             try:
-                event = Event.model_validate_json(raw)
+                event = Event.model_validate_json(ev.value)
             except ValidationError as exc:
                 dl = DeadLetter(stage="correlator", reason=f"undecodable event: {exc.errors()[0]['msg']}",
-                                raw=raw.decode("utf-8", "replace")[:10000], at=datetime.now(UTC))
+                                raw=bytes(ev.value).decode("utf-8", "replace")[:10000], at=datetime.now(UTC))
                 await send("deadletters", "correlator", dl.model_dump_json().encode())
                 continue
-            for d in engine.process(event):
-                if isinstance(d, Incident):
-                    await send("incidents", d.id, d.model_dump_json().encode())
-                elif isinstance(d, Command):
-                    await send("commands", d.id, d.model_dump_json().encode())
+            decisions = engine.process(event)
+            if offset > emitted[str(part)]:  # judged before a crash: already published
+                await publish(decisions)
+                emitted[str(part)] = offset
             if isinstance(event.body, EndOfCapture):
                 await app.producer.flush()  # every decision is on its topic before the marker
-                await send("control", ns, StreamEnd(events=count).model_dump_json().encode())
-                log.info("capture judged: %d events", count)
+                await send("control", ns, StreamEnd(events=offset + 1).model_dump_json().encode())
+                log.info("capture judged: %d events", offset + 1)
 
     return app
 

@@ -18,6 +18,7 @@ EXAMPLES = {
     "worker": "FAULTLINE_KAFKA=127.0.0.1:9092 faultline worker",
     "schemas": "faultline schemas export build/schemas",
     "broker": "faultline broker start",
+    "agent": "faultline agent --config producers/agent.example.yaml",
 }
 
 
@@ -46,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
 
     b = add("broker", "Start, stop or check the local Kafka broker (KRaft, loopback).")
     b.add_argument("action", choices=["start", "stop", "status"])
+
+    a = add("agent", "Run the node agent: every configured source of this node, published to Kafka.")
+    a.add_argument("--config", type=Path, required=True, help="agent YAML (see producers/agent.example.yaml)")
     return p
 
 
@@ -86,6 +90,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if args.cmd == "broker":
         return _broker(args.action, settings)
+    if args.cmd == "agent":
+        from producers.agent import run_agent
+
+        return run_agent(args.config, settings)
     return 2
 
 

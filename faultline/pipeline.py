@@ -68,6 +68,10 @@ class CorrelatorWorker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def crashed(self) -> bool:
+        """Faust logs an agent's crash and keeps the process up; we treat it as fatal."""
+        return "Crashed reason=" in self.log_path.read_text(errors="replace")
+
     def stop(self, timeout: float = 10.0) -> None:
         if self.alive():
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -129,8 +133,8 @@ def wait_for_end(conf: dict[str, Any], namespace: str, worker: CorrelatorWorker,
     deadline = time.monotonic() + timeout
     topic = topic_name(namespace, "control")
     while time.monotonic() < deadline:
-        if not worker.alive():
-            raise RuntimeError(f"the correlator worker exited early; its log ends:\n{worker.tail()}")
+        if not worker.alive() or worker.crashed():
+            raise RuntimeError(f"the correlator worker failed; its log ends:\n{worker.tail()}")
         for raw in read_topic(conf, topic, timeout=10):
             StreamEnd.model_validate_json(raw)
             return
