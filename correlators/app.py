@@ -101,8 +101,15 @@ def make_app(settings: Settings) -> faust.App:
         for d in decisions:
             await send("incidents" if isinstance(d, Incident) else "commands", d.id, d.model_dump_json().encode())
 
+    if settings.live_clock:
+        @app.timer(interval=0.05)
+        async def tick() -> None:
+            """Live: event time follows the wall clock too, so debounce and settle windows close on time."""
+            await publish(engine.advance_to(datetime.now(UTC)))
+
     @app.agent(events)
     async def correlate(stream: faust.StreamT) -> None:
+        started: float | None = None
         async for ev in stream.events():
             msg = ev.message
             part, offset = msg.partition, msg.offset
@@ -120,13 +127,17 @@ def make_app(settings: Settings) -> faust.App:
                 await send("deadletters", "correlator", dl.model_dump_json().encode())
                 continue
             decisions = engine.process(event)
-            if offset > emitted[str(part)]:  # judged before a crash: already published
+            if decisions and offset > emitted[str(part)]:  # else judged before a crash: already published
                 await publish(decisions)
                 emitted[str(part)] = offset
+            if started is None:
+                started = time.monotonic()
             if isinstance(event.body, EndOfCapture):
                 await app.producer.flush()  # every decision is on its topic before the marker
-                await send("control", ns, StreamEnd(events=offset + 1).model_dump_json().encode())
-                log.info("capture judged: %d events", offset + 1)
+                seconds = time.monotonic() - started
+                await send("control", ns, StreamEnd(events=offset + 1, seconds=seconds).model_dump_json().encode())
+                log.info("capture judged: %d events in %.2fs", offset + 1, seconds)
+                started = None
 
     return app
 

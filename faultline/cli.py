@@ -18,7 +18,12 @@ EXAMPLES = {
     "worker": "FAULTLINE_KAFKA=127.0.0.1:9092 faultline worker",
     "schemas": "faultline schemas export build/schemas",
     "broker": "faultline broker start",
+    "bench": "faultline bench --json",
     "agent": "faultline agent --config producers/agent.example.yaml",
+    "report": "faultline report --since 7d",
+    "executor": "faultline executor run --backend slurm --fleet-size 512",
+    "approve": "faultline approve cmd-3f2a9c41 --by alice --reason 'job checkpointed; reboot is safe'",
+    "deny": "faultline deny cmd-3f2a9c41 --by alice --reason 'the RMA visit tomorrow replaces the board'",
 }
 
 
@@ -45,11 +50,35 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("action", choices=["export"])
     s.add_argument("dir", type=Path)
 
+    be = add("bench", "Measure detection latency, throughput, archive rate, replay rate and goodput.")
+    be.add_argument("--json", action="store_true", help="print the summary as one JSON object (last line)")
+    be.add_argument("--quick", action="store_true", help="seconds, small load (what CI runs)")
+
     b = add("broker", "Start, stop or check the local Kafka broker (KRaft, loopback).")
     b.add_argument("action", choices=["start", "stop", "status"])
 
     a = add("agent", "Run the node agent: every configured source of this node, published to Kafka.")
     a.add_argument("--config", type=Path, required=True, help="agent YAML (see producers/agent.example.yaml)")
+
+    o = add("report", "Answer the operators' questions from the archive (failures, lost GPU-hours, recovery...).")
+    o.add_argument("--since", help="window start: a duration back from now (30m, 12h, 7d, 2w) or an ISO date/time")
+    o.add_argument("--json", action="store_true", help="print JSON on standard output instead of tables")
+
+    e = add("executor", "Carry the namespace's commands out (Slurm, Kubernetes or a webhook), each at most once.")
+    e.add_argument("action", choices=["run"])
+    e.add_argument("--backend", choices=["slurm", "kubernetes", "webhook"], required=True)
+    e.add_argument("--url", help="webhook: where tickets and notifications are POSTed")
+    e.add_argument("--name", help="executor name (default: the backend's); names its results, ledger and group")
+    e.add_argument("--dry-run", action="store_true", help="report what would run; change nothing")
+    e.add_argument("--state-dir", type=Path, help="where the ledger lives (default: <data_dir>/executors)")
+    e.add_argument("--fleet-size", type=int, help="nodes in the fleet, for the circuit breaker (default: ask)")
+    e.add_argument("--max-share", type=float, default=0.10, help="most of the fleet fenced per window (0.10)")
+    e.add_argument("--window-min", type=float, default=10.0, help="the circuit breaker's window in minutes (10)")
+    for verb in ("approve", "deny"):
+        v = add(verb, f"{verb.capitalize()} a command that waits for a person (sent to the approvals topic).")
+        v.add_argument("id", help="the command id (from its waiting_approval result)")
+        v.add_argument("--by", help="who decides (default: your login name)")
+        v.add_argument("--reason", default="", help="why, for the record")
     return p
 
 
@@ -90,10 +119,22 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if args.cmd == "broker":
         return _broker(args.action, settings)
+    if args.cmd == "bench":
+        from bench.runner import run_bench
+
+        result = run_bench(settings, quick=args.quick)
+        print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+        return 0
     if args.cmd == "agent":
         from producers.agent import run_agent
 
         return run_agent(args.config, settings)
+    if args.cmd == "report":
+        return _report(args, settings)
+    if args.cmd == "executor":
+        return _executor(args, settings)
+    if args.cmd in ("approve", "deny"):
+        return _decide(args, settings)
     return 2
 
 
@@ -119,6 +160,64 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
         for c in out["commands"]:
             print(f"command  {c['issued_at']} {c['type']} {c['target']}"
                   f"{' (needs approval)' if c['requires_approval'] else ''}")
+    return 0
+
+
+def _report(args: argparse.Namespace, settings: Settings) -> int:
+    from sinks.archive.store import Archive
+    from sinks.report import build_report, parse_since, render_report
+
+    try:
+        since = parse_since(args.since) if args.since else None
+    except ValueError as exc:
+        print(f"faultline report: {exc}", file=sys.stderr)
+        return 2
+    with Archive.open(settings.archive_url) as archive:
+        report = build_report(archive, since=since)
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        render_report(report)
+    return 0
+
+
+def _executor(args: argparse.Namespace, settings: Settings) -> int:
+    import signal
+    import threading
+    from datetime import timedelta
+
+    from faultline.pipeline import ensure_broker
+    from faultline.topic_io import create_namespace_topics
+    from sinks.executors.launch import ExecutorOptions, make_executor
+    from sinks.executors.runner import ExecutorRunner
+
+    options = ExecutorOptions(backend=args.backend, state_dir=args.state_dir or settings.data_dir / "executors",
+                              name=args.name, dry_run=args.dry_run, url=args.url, fleet_size=args.fleet_size,
+                              max_share=args.max_share, window=timedelta(minutes=args.window_min))
+    conf = settings.kafka_config(ensure_broker(settings))
+    create_namespace_topics(conf, settings.namespace)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with ExecutorRunner(make_executor(options), conf, settings.namespace) as runner:
+        print(f"executor {runner.executor.name}: carrying out {settings.namespace}.commands; Ctrl-C stops it",
+              file=sys.stderr)
+        runner.run(stop)
+    return 0
+
+
+def _decide(args: argparse.Namespace, settings: Settings) -> int:
+    import getpass
+    from datetime import UTC, datetime
+
+    from faultline.pipeline import ensure_broker
+    from sinks.executors.approvals import send_decision
+    from streams.decisions import Approval
+
+    approval = Approval(command=args.id, decision="approve" if args.cmd == "approve" else "deny",
+                        by=args.by or getpass.getuser(), at=datetime.now(UTC), reason=args.reason)
+    send_decision(settings.kafka_config(ensure_broker(settings)), settings.namespace, approval)
+    print(f"{'approved' if approval.decision == 'approve' else 'denied'} {approval.command} as {approval.by}")
     return 0
 
 

@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     kafka_sasl_mechanism: str | None = Field(None, description="e.g. SCRAM-SHA-512.")
     kafka_username: str | None = None
     kafka_password: SecretStr | None = None
+    live_clock: bool = Field(
+        False, description="Worker: also advance event time with the wall clock (live, not replay), so "
+        "debounce and settle windows close without waiting for the next event.")
     local_kafka_port: int = Field(19092, description="Port of the local broker started when `kafka` is unset.")
 
     @property

@@ -149,3 +149,4 @@ class StreamEnd(_Model):
     schema_version: int = 1
     end_of_stream: Literal[True] = True
     events: int = 0
+    seconds: float | None = None  # wall time the correlator spent on them

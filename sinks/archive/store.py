@@ -32,9 +32,9 @@ from sinks.archive.migrations import DEFAULT_RAW_TTL_DAYS, TABLES, migrate, set_
 from streams.decisions import Command, CommandResult, DeadLetter, Incident
 from streams.events import Event
 
-__all__ = ["Archive", "deadletter_id"]
+__all__ = ["Archive", "deadletter_id", "event_row", "EVENT_COLUMNS"]
 
-_EVENT_COLUMNS = ["id", "ts", "source", "kind", "node", "job", "rank", "gpu", "body"]
+EVENT_COLUMNS = ["id", "ts", "source", "kind", "node", "job", "rank", "gpu", "body"]
 _INCIDENT_COLUMNS = [
     "id", "version", "job", "category", "culprit_node", "culprit_gpus", "opened_at", "updated_at",
     "severity", "state", "summary", "lost_gpu_hours", "payload",
@@ -79,7 +79,7 @@ def _millis(ts: datetime) -> int:
     return (aware - _EPOCH) // _MILLISECOND
 
 
-def _event_row(e: Event) -> tuple[Any, ...]:
+def event_row(e: Event) -> tuple[Any, ...]:
     return (e.id, _millis(e.ts), e.source, e.kind, e.node, e.job, e.rank, _event_gpu(e), to_json(e.body).decode())
 
 
@@ -188,7 +188,7 @@ class Archive:
 
     def write_events(self, events: Sequence[Event]) -> int:
         """Archive canonical events (checkpoint events also fill ``checkpoints``)."""
-        return self._insert("events", _EVENT_COLUMNS, [_event_row(e) for e in events], [e.id for e in events])
+        return self._insert("events", EVENT_COLUMNS, [event_row(e) for e in events], [e.id for e in events])
 
     def write_incidents(self, incidents: Sequence[Incident]) -> int:
         """Archive incident versions; ``incidents_latest`` shows the highest version per id."""

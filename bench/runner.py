@@ -1,0 +1,244 @@
+"""`faultline bench`: how fast faultline detects and acts, how much it carries, what it saves.
+
+Everything runs against the real local broker and an embedded archive in one
+run, so ratios compare like with like on the same (noisy, 2-core) machine.
+Progress goes to standard error; ``--json`` prints one JSON object, the
+summary, as the last line of standard output.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer
+
+from bench.goodput import compare
+from faultline.pipeline import CorrelatorWorker, end_marker, ensure_broker, wait_for_end
+from faultline.settings import Settings
+from faultline.simulate import FaultPlan, Fleet
+from faultline.topic_io import create_namespace_topics, delete_namespace_topics, read_topic
+from producers.capture import parse_capture_line
+from producers.delivery import EventPublisher
+from streams.decisions import Command, StreamEnd
+from streams.events import Event
+from streams.topics import topic_name
+
+__all__ = ["run_bench", "Sizes"]
+
+
+class Sizes:
+    """How much load each measurement uses; ``quick`` keeps CI to seconds."""
+
+    def __init__(self, quick: bool) -> None:
+        self.fleet_nodes = 4 if quick else 32
+        self.fleet_seconds = 120 if quick else 600
+        self.detect_samples = 5 if quick else 40
+        self.background_eps = 200 if quick else 2000
+        self.replay_nodes = 2 if quick else 8
+        self.goodput_runs = 3 if quick else 20
+
+
+def _say(msg: str) -> None:
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def _fleet_events(nodes: int, seconds: float) -> list[Event]:
+    fleet = Fleet(nodes=nodes, duration_s=seconds, sample_every_s=1, heartbeat_every_s=15,
+                  fault=FaultPlan(at_s=seconds * 0.6), spare_nodes=1, recover_after_s=None)
+    return [e for line in fleet.lines() for e in parse_capture_line(line)]
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+class Bench:
+    def __init__(self, settings: Settings, sizes: Sizes) -> None:
+        self.settings = settings
+        self.sizes = sizes
+        self.bootstrap = ensure_broker(settings)
+        self.conf = settings.kafka_config(self.bootstrap)
+        self.namespaces: list[str] = []
+
+    def namespace(self, what: str) -> str:
+        ns = f"{self.settings.namespace}.bench-{what}-{uuid.uuid4().hex[:6]}"
+        create_namespace_topics(self.conf, ns, partitions=1)
+        self.namespaces.append(ns)
+        return ns
+
+    def close(self) -> None:
+        for ns in self.namespaces:
+            delete_namespace_topics(self.conf, ns)
+
+    # --- throughput: correlator vs a bare consumer, on the same topic ---------------------
+    def throughput(self, events: list[Event]) -> dict[str, Any]:
+        ns = self.namespace("throughput")
+        pub = EventPublisher(self.conf, ns)
+        pub.publish(events)
+        pub.publish([end_marker(len(events), events[-1].ts)])
+        pub.flush(120)
+        n = len(events) + 1
+        count, baseline_s = _timed(lambda: sum(1 for _ in read_topic(self.conf, topic_name(ns, "events"),
+                                                                     timeout=120)))
+        _say(f"bare consumer: {count} records in {baseline_s:.2f}s")
+        worker = CorrelatorWorker(self.settings, self.bootstrap, ns)
+        try:
+            wait_for_end(self.conf, ns, worker, timeout=300)
+        finally:
+            worker.stop()
+        end = StreamEnd.model_validate_json(next(iter(read_topic(self.conf, topic_name(ns, "control")))))
+        rate = n / end.seconds if end.seconds else 0.0
+        base = count / baseline_s
+        _say(f"correlator: {n} events in {end.seconds:.2f}s")
+        return {"correlator_events_per_s": round(rate), "consumer_baseline_events_per_s": round(base),
+                "correlator_to_baseline_ratio": round(rate / base, 3), "events": n, "namespace": ns}
+
+    # --- archive: through the sink vs a bare insert of the same rows ------------------------
+    def archive(self, ns: str, events: list[Event]) -> dict[str, Any]:
+        from sinks.archive.store import EVENT_COLUMNS, Archive, event_row
+        from sinks.archive_sink import ArchiveSink
+
+        with tempfile.TemporaryDirectory() as d, Archive.open(f"chdb://{d}/archive") as store:
+            sink = ArchiveSink(store, self.bootstrap, ns, consumer_config=self.conf)
+            try:
+                rows, sink_s = _timed(lambda: sink.drain(timeout_s=600))
+            finally:
+                sink.close()
+            store.client.command("CREATE TABLE bare_events AS events ENGINE = MergeTree ORDER BY id")
+            data = [event_row(e) for e in events]
+            _, bare_s = _timed(lambda: store.client.insert("bare_events", data, column_names=EVENT_COLUMNS))
+        _say(f"archive: sink {rows} rows in {sink_s:.2f}s; bare insert {len(data)} rows in {bare_s:.2f}s")
+        return {"archive_rows_per_s": round(rows / sink_s), "archive_bare_insert_rows_per_s": round(len(data) / bare_s),
+                "archive_to_bare_ratio": round((rows / sink_s) / (len(data) / bare_s), 3)}
+
+    # --- replay -----------------------------------------------------------------------------
+    def replay(self) -> dict[str, Any]:
+        from faultline.pipeline import replay
+
+        fleet = Fleet(nodes=self.sizes.replay_nodes, duration_s=self.sizes.fleet_seconds, sample_every_s=1)
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "capture.jsonl"
+            path.write_text("\n".join(fleet.lines()) + "\n")
+            settings = self.settings.model_copy(update={"archive": f"chdb://{d}/archive"})
+            run, secs = _timed(lambda: replay(path, settings))
+        _say(f"replay: {run.lines} lines in {secs:.2f}s (start-up included)")
+        return {"replay_lines_per_s": round(run.lines / secs), "replay_lines": run.lines,
+                "replay_seconds": round(secs, 2)}
+
+    # --- detection to command, under background telemetry ----------------------------------
+    def detect_to_command(self) -> dict[str, Any]:
+        ns = self.namespace("latency")
+        settings = self.settings.model_copy(update={"live_clock": True})
+        worker = CorrelatorWorker(settings, self.bootstrap, ns)
+        pub = EventPublisher({**self.conf, "linger.ms": 0}, ns)
+        stop = threading.Event()
+        samples: list[float] = []
+        try:
+            nodes = [f"lat-{i:03d}" for i in range(self.sizes.detect_samples)]
+            now = datetime.now(UTC)
+            for node in nodes:
+                pub.publish(parse_capture_line(json.dumps({
+                    "ts": now.isoformat(), "source": "inventory", "node": node, "rack": "bench",
+                    "gpus": [{"index": 0, "uuid": f"GPU-{node}", "pci_bus_id": "00000000:3A:00.0"}]})))
+            pub.flush()
+            bg = threading.Thread(target=self._background, args=(ns, stop), daemon=True)
+            bg.start()
+            cmds = Consumer({**self.conf, "group.id": f"bench-{uuid.uuid4().hex}", "auto.offset.reset": "latest"})
+            cmds.subscribe([topic_name(ns, "commands")])
+            self._wait_assigned(cmds)
+            time.sleep(3)  # the worker is up and the background load is flowing
+            for node in nodes:
+                line = json.dumps({"ts": datetime.now(UTC).isoformat(), "source": "kernel", "node": node,
+                                   "line": "NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', name=<unknown>, "
+                                           "GPU has fallen off the bus."})
+                t0 = time.perf_counter()
+                pub.publish(parse_capture_line(line))
+                pub.flush(5)
+                samples.append(self._await_quarantine(cmds, node, t0))
+            cmds.close()
+        finally:
+            stop.set()
+            worker.stop()
+        ms = sorted(s * 1000 for s in samples)
+        p99 = ms[min(len(ms) - 1, int(round(0.99 * (len(ms) - 1))))]
+        _say(f"detect to command: p50 {statistics.median(ms):.1f} ms, p99 {p99:.1f} ms over {len(ms)}")
+        return {"p50": round(statistics.median(ms), 1), "p99": round(p99, 1), "n": len(ms)}
+
+    def _background(self, ns: str, stop: threading.Event) -> None:
+        pub = EventPublisher(self.conf, ns)
+        period = 0.05
+        per_tick = max(1, int(self.sizes.background_eps * period))
+        i = 0
+        while not stop.is_set():
+            now = datetime.now(UTC).isoformat()
+            for _ in range(per_tick):
+                i += 1
+                pub.publish(parse_capture_line(json.dumps({
+                    "ts": now, "source": "nvml", "node": f"bg-{i % 64:02d}",
+                    "gpu": {"index": i % 8, "uuid": f"GPU-bg-{i % 512}", "pci_bus_id": "00000000:18:00.0"},
+                    "metrics": {"temperature_c": 60 + i % 5, "power_w": 500}})))
+            stop.wait(period)
+        pub.flush()
+
+    @staticmethod
+    def _wait_assigned(c: Consumer) -> None:
+        deadline = time.monotonic() + 30
+        while not c.assignment() and time.monotonic() < deadline:
+            c.poll(0.1)
+
+    @staticmethod
+    def _await_quarantine(c: Consumer, node: str, t0: float) -> float:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = c.poll(0.01)
+            if m is None or m.error() or m.value() is None:
+                continue
+            cmd = Command.model_validate_json(m.value() or b"")
+            if cmd.type == "quarantine_gpu" and cmd.target.node == node:
+                return time.perf_counter() - t0
+        raise TimeoutError(f"no quarantine command for {node} within 30s")
+
+
+def run_bench(settings: Settings, quick: bool = False) -> dict[str, Any]:
+    sizes = Sizes(quick)
+    started = time.monotonic()
+    _say(f"{'quick' if quick else 'full'} run; starting the broker")
+    bench = Bench(settings, sizes)
+    out: dict[str, Any] = {"machine": _machine(), "quick": quick, "started_at": datetime.now(UTC).isoformat()}
+    try:
+        _say("1/5 detection to command under background telemetry")
+        out["detect_to_command_ms"] = bench.detect_to_command()
+        _say("2/5 correlator throughput vs a bare consumer")
+        events = _fleet_events(sizes.fleet_nodes, sizes.fleet_seconds)
+        tp = bench.throughput(events)
+        out.update({k: v for k, v in tp.items() if k != "namespace"})
+        _say("3/5 archive through the sink vs a bare insert")
+        out.update(bench.archive(tp["namespace"], events + [end_marker(0, events[-1].ts)]))
+        _say("4/5 replay")
+        out.update(bench.replay())
+        _say("5/5 goodput model")
+        out["goodput"] = compare(runs=sizes.goodput_runs)
+    finally:
+        bench.close()
+    out["seconds"] = round(time.monotonic() - started, 1)
+    return out
+
+
+def _machine() -> dict[str, Any]:
+    import os
+    import platform
+
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+
