@@ -19,6 +19,9 @@ EXAMPLES = {
     "schemas": "faultline schemas export build/schemas",
     "broker": "faultline broker start",
     "bench": "faultline bench --json",
+    "status": "faultline status --json",
+    "incident": "faultline incident inc-0123456789abcdef --html incident.html",
+    "timeline": "faultline timeline pt-70b --html pt-70b.html",
     "agent": "faultline agent --config producers/agent.example.yaml",
     "report": "faultline report --since 7d",
     "executor": "faultline executor run --backend slurm --fleet-size 512",
@@ -49,6 +52,19 @@ def _parser() -> argparse.ArgumentParser:
     s = add("schemas", "Export JSON Schema of every topic's records for subscribers.")
     s.add_argument("action", choices=["export"])
     s.add_argument("dir", type=Path)
+
+    st = add("status", "Open incidents, fenced hardware, commands waiting for approval, pipeline health.")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+
+    inc = add("incident", "One incident's whole story: signals, decisions, commands, results, recovery.")
+    inc.add_argument("id")
+    inc.add_argument("--json", action="store_true")
+    inc.add_argument("--html", type=Path, help="also write a self-contained HTML page with a graphical timeline")
+
+    tl = add("timeline", "The story of every incident of one job.")
+    tl.add_argument("job")
+    tl.add_argument("--json", action="store_true")
+    tl.add_argument("--html", type=Path, help="write one HTML page per incident: FILE, FILE-2, ...")
 
     be = add("bench", "Measure detection latency, throughput, archive rate, replay rate and goodput.")
     be.add_argument("--json", action="store_true", help="print the summary as one JSON object (last line)")
@@ -119,6 +135,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if args.cmd == "broker":
         return _broker(args.action, settings)
+    if args.cmd in ("status", "incident", "timeline"):
+        return _operator_view(args, settings)
     if args.cmd == "bench":
         from bench.runner import run_bench
 
@@ -218,6 +236,38 @@ def _decide(args: argparse.Namespace, settings: Settings) -> int:
                         by=args.by or getpass.getuser(), at=datetime.now(UTC), reason=args.reason)
     send_decision(settings.kafka_config(ensure_broker(settings)), settings.namespace, approval)
     print(f"{'approved' if approval.decision == 'approve' else 'denied'} {approval.command} as {approval.by}")
+    return 0
+
+
+def _operator_view(args: argparse.Namespace, settings: Settings) -> int:
+    from faultline.operator_views import (
+        incident_data,
+        job_incidents,
+        print_incident,
+        print_status,
+        status_data,
+    )
+    from faultline.timeline_html import render_timeline
+    from sinks.archive.store import Archive
+
+    with Archive.open(settings.archive_url) as archive:
+        if args.cmd == "status":
+            data = status_data(archive)
+            print(json.dumps(data, default=str)) if args.json else print_status(data)
+            return 0
+        ids = [args.id] if args.cmd == "incident" else job_incidents(archive, args.job)
+        stories = [d for i in ids if (d := incident_data(archive, i)) is not None]
+    if not stories:
+        what = f"incident {args.id}" if args.cmd == "incident" else f"incidents of job {args.job}"
+        print(f"faultline {args.cmd}: no {what} in {settings.archive_url}; check the id with `faultline status`",
+              file=sys.stderr)
+        return 1
+    for n, story in enumerate(stories):
+        print(json.dumps(story, default=str)) if args.json else print_incident(story)
+        if args.html:
+            path = args.html if n == 0 else args.html.with_name(f"{args.html.stem}-{n + 1}{args.html.suffix}")
+            path.write_text(render_timeline(story["incident"], story["timeline"]), encoding="utf-8")
+            print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,88 @@
+"""A self-contained HTML page of one incident's story: a graphical timeline and the full list.
+
+No scripts, no external assets: inline SVG and CSS, so the file can be attached
+to a ticket or opened offline. Lanes: signals, incident (versions), commands,
+results. The horizontal axis is the ORDER of entries, not linear time: an
+incident packs a dozen entries into milliseconds after an hour of quiet, and
+every one of them must stay visible; each mark carries its time.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime
+from typing import Any
+
+__all__ = ["render_timeline"]
+
+LANES = ("signal", "incident", "command", "result")
+COLORS = {"signal": "#d97706", "incident": "#7c3aed", "command": "#2563eb", "result": "#059669"}
+W, LANE_H, LEFT, TOP = 1200, 70, 110, 50
+
+
+def _ts(v: Any) -> datetime:
+    return v if isinstance(v, datetime) else datetime.fromisoformat(str(v).replace("Z", "+00:00"))
+
+
+def render_timeline(incident: dict[str, Any], entries: list[dict[str, Any]]) -> str:
+    """The page for ``incident`` (a latest-incident row) and its timeline ``entries`` (ts, entry_type, what, detail)."""
+    rows = sorted(entries, key=lambda e: (_ts(e["ts"]), LANES.index(e["entry_type"])
+                                          if e["entry_type"] in LANES else 9))
+    n = len(rows)
+    step = (W - LEFT - 40) / max(n - 1, 1)
+    height = TOP + LANE_H * len(LANES) + 60
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" role="img" '
+           f'aria-label="incident timeline">']
+    for i, lane in enumerate(LANES):
+        y = TOP + i * LANE_H + LANE_H / 2
+        svg.append(f'<text x="10" y="{y + 4}" class="lane">{lane}s</text>'
+                   f'<line x1="{LEFT}" y1="{y}" x2="{W - 30}" y2="{y}" class="axis"/>')
+    every = max(1, n // 8)
+    for k, e in enumerate(rows):
+        lane = e["entry_type"] if e["entry_type"] in LANES else "signal"
+        x = LEFT + step * k if n > 1 else (W + LEFT) / 2
+        y = TOP + LANES.index(lane) * LANE_H + LANE_H / 2
+        what = html.escape(str(e["what"]))
+        when = _ts(e["ts"]).strftime("%H:%M:%S.%f")[:-3]
+        if k % every == 0:
+            svg.append(f'<line x1="{x:.1f}" y1="{TOP - 10}" x2="{x:.1f}" y2="{height - 40}" class="grid"/>'
+                       f'<text x="{x:.1f}" y="{height - 22}" class="tick">{when}</text>')
+        dy = -10 if k % 2 == 0 else 18
+        svg.append(f'<g class="mark" id="mark-{k}"><title>{when} {lane}: {what}</title>'
+                   f'<circle cx="{x:.1f}" cy="{y}" r="6" fill="{COLORS[lane]}"/>'
+                   f'<text x="{x:.1f}" y="{y + dy}" class="label">{what[:16]}</text></g>')
+    svg.append("</svg>")
+    table = "".join(
+        f'<tr class="{html.escape(str(e["entry_type"]))}"><td>{html.escape(str(e["ts"]))}</td>'
+        f'<td>{html.escape(str(e["entry_type"]))}</td><td>{html.escape(str(e["what"]))}</td>'
+        f'<td class="detail">{html.escape(str(e.get("detail") or "")[:400])}</td></tr>'
+        for e in rows)
+    culprit = f'{incident.get("culprit_node") or "-"} {", ".join(incident.get("culprit_gpus") or [])}'
+    head = (f'{html.escape(str(incident.get("category")))} · job {html.escape(str(incident.get("job") or "-"))} · '
+            f'culprit {html.escape(culprit)} · {html.escape(str(incident.get("severity")))} · '
+            f'state {html.escape(str(incident.get("state")))}')
+    lost = incident.get("lost_gpu_hours")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>faultline incident {html.escape(str(incident.get("id")))}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 24px; color: #111; }}
+h1 {{ font-size: 20px; margin: 0 0 4px; }} .sub {{ color: #444; margin-bottom: 12px; }}
+.lane {{ font-size: 13px; font-weight: 600; fill: #333; }} .axis {{ stroke: #bbb; stroke-width: 2; }}
+.grid {{ stroke: #eee; }} .tick {{ font-size: 11px; fill: #666; text-anchor: middle; }}
+.label {{ font-size: 10px; fill: #222; text-anchor: middle; }}
+table {{ border-collapse: collapse; width: 100%; font-size: 13px; margin-top: 16px; }}
+td {{ border-bottom: 1px solid #eee; padding: 4px 8px; vertical-align: top; }}
+td.detail {{ font-family: ui-monospace, monospace; font-size: 12px; color: #333; word-break: break-all; }}
+tr.signal td:nth-child(2) {{ color: {COLORS["signal"]}; }} tr.incident td:nth-child(2) {{ color: {COLORS["incident"]}; }}
+tr.command td:nth-child(2) {{ color: {COLORS["command"]}; }} tr.result td:nth-child(2) {{ color: {COLORS["result"]}; }}
+</style></head><body>
+<h1>Incident {html.escape(str(incident.get("id")))}</h1>
+<div class="sub">{head}{f" · lost {lost:.1f} GPU-hours" if isinstance(lost, (int, float)) else ""}<br>
+{html.escape(str(incident.get("summary") or ""))}</div>
+{"".join(svg)}
+<table id="entries"><thead><tr><td>time</td><td>lane</td><td>what</td><td>detail</td></tr></thead>
+<tbody>{table}</tbody></table>
+<p class="sub">{len(rows)} entries · generated by faultline</p>
+</body></html>
+"""
