@@ -1,0 +1,295 @@
+"""Kafka → executor → Kafka: consume a namespace's commands, publish one result per command.
+
+The runner is the executor core's only contact with the broker:
+
+* **commands** — a consumer group (``<namespace>.executor.<name>``). Each
+  command is handed to :meth:`Executor.handle`; its result is published to
+  ``command-results`` (keyed by command id) and only *after* the broker
+  confirmed it is the command's offset committed. A crash in between
+  re-delivers the command, and the ledger turns it into a duplicate.
+* **approvals** — read from the beginning at every start (no group: the
+  approvals view is rebuilt, it is small), then followed; each new decision
+  goes to :meth:`Executor.decide`, which may run a held command.
+* **command-results** — read to its end at start and whenever the group
+  hands this runner partitions, so the ledger knows every id this executor
+  (under its name, on any machine) has settled before it sees a command.
+
+At start the runner also republishes results that were produced but never
+confirmed (the ledger's outbox), and reports attempts interrupted by a crash
+as failed. Records that do not decode go to ``deadletters`` with the reason.
+
+Every loop ends when the ``stop`` event is set; waiting for the broker is
+bounded by timeouts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from prometheus_client import Counter
+from pydantic import BaseModel, ValidationError
+
+from faultline.topic_io import read_topic
+from sinks.executors.core import Executor
+from streams.decisions import Approval, Command, CommandResult, DeadLetter
+from streams.topics import topic_name
+
+__all__ = ["ExecutorRunner", "RESULTS_PUBLISHED"]
+
+log = logging.getLogger(__name__)
+
+RESULTS_PUBLISHED = Counter("faultline_executor_results", "Command results published", ["executor", "status"])
+
+_BACKOFF_FIRST_S = 0.2
+_BACKOFF_MAX_S = 5.0
+_FOLLOW_BATCH = 500
+_MAX_RAW = 10_000
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Follower:
+    """Reads every partition of one topic from its beginning, with no group and no commits."""
+
+    def __init__(self, conf: Mapping[str, Any], topic: str, group: str, timeout_s: float) -> None:
+        self.topic = topic
+        self.timeout_s = timeout_s
+        self._consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False,
+                                   "enable.partition.eof": False})
+        meta = self._consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            self._consumer.close()
+            raise RuntimeError(f"topic {topic} does not exist: create the namespace's topics first")
+        self._parts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(meta.partitions)]
+        self._consumer.assign(self._parts)
+
+    def catch_up(self, on_record: Callable[[Message], None]) -> None:
+        """Hand every record up to the topic's current end to ``on_record``."""
+        ends = {}
+        for tp in self._parts:
+            low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, tp.partition),
+                                                             timeout=self.timeout_s)
+            if high > low:
+                ends[tp.partition] = high
+        deadline = time.monotonic() + self.timeout_s
+        while self._behind(ends):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"reading {self.topic}: no progress towards its end for {self.timeout_s}s")
+            if self.follow(on_record, wait_s=0.2):
+                deadline = time.monotonic() + self.timeout_s  # a long history may take long: stalls may not
+
+    def follow(self, on_record: Callable[[Message], None], wait_s: float = 0.0) -> int:
+        """Hand what has arrived (waiting up to ``wait_s``) to ``on_record``; how many records that was."""
+        handled = 0
+        for msg in self._consumer.consume(num_messages=_FOLLOW_BATCH, timeout=wait_s):
+            err = msg.error()
+            if err is None:
+                on_record(msg)
+                handled += 1
+            elif err.fatal():
+                raise KafkaException(err)
+            else:
+                log.debug("%s: %s", self.topic, err)
+        return handled
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def _behind(self, ends: dict[int, int]) -> bool:
+        """Whether a partition with records is short of ``ends`` (no position yet counts as short)."""
+        if not ends:
+            return False
+        positions = self._consumer.position([TopicPartition(self.topic, p) for p in ends])
+        return any(tp.offset < ends[tp.partition] for tp in positions)
+
+
+class ExecutorRunner:
+    """Runs one :class:`Executor` against one topic namespace."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        conf: Mapping[str, Any],
+        namespace: str,
+        *,
+        group_id: str | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.executor = executor
+        self.namespace = namespace
+        self.clock = clock
+        self.timeout_s = timeout_s
+        self._topics = {s: topic_name(namespace, s)
+                        for s in ("commands", "command-results", "approvals", "deadletters")}
+        group = group_id or f"{namespace}.executor.{executor.name}"
+        self._commands = Consumer({**conf, "group.id": group, "enable.auto.commit": False,
+                                   "auto.offset.reset": "earliest",
+                                   "topic.metadata.refresh.interval.ms": 10_000})
+        self._results = _Follower(conf, self._topics["command-results"], f"{group}.results-reader", timeout_s)
+        self._approvals = _Follower(conf, self._topics["approvals"], f"{group}.approvals-reader", timeout_s)
+        self._producer = Producer({**conf, "enable.idempotence": True, "acks": "all", "linger.ms": 0})
+        self._conf = dict(conf)
+        self._stop = threading.Event()
+        self._closed = False
+
+    def close(self) -> None:
+        """Leave the group and close every client; idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._producer.flush(self.timeout_s)
+            self._commands.close()
+            self._results.close()
+            self._approvals.close()
+
+    def __enter__(self) -> ExecutorRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- loops ----------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, poll_s: float = 0.5) -> None:
+        """Recover, then carry commands out until ``stop`` is set."""
+        self._stop = stop
+        self._recover()
+        while not stop.is_set():
+            self._approvals.follow(self._on_approval)
+            msg = self._commands.poll(poll_s)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.fatal():
+                    raise KafkaException(err)
+                if err.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    log.warning("executor %s: consumer error: %s", self.executor.name, err)
+                continue
+            if self._on_command(msg):
+                self._commit(msg)
+
+    def _recover(self) -> None:
+        """Rebuild state from the topics, publish what is owed, then subscribe to commands."""
+        self._results.catch_up(self._on_result)
+        self._attach_missing_commands()
+        for result in self.executor.recover(self.clock()):
+            self._publish(result)
+        self._approvals.catch_up(self._on_approval)
+        self._commands.subscribe([self._topics["commands"]], on_assign=self._on_assign)
+
+    # --- records ----------------------------------------------------------------------------
+
+    def _on_command(self, msg: Message) -> bool:
+        """Handle one command record; True when its offset may be committed."""
+        cmd = self._decode(msg, Command)
+        if cmd is None:
+            return True
+        result = self.executor.handle(cmd, self.clock())
+        return self._publish(result)
+
+    def _on_approval(self, msg: Message) -> None:
+        approval = self._decode(msg, Approval)
+        if approval is not None:
+            result = self.executor.decide(approval, self.clock())
+            if result is not None:
+                self._publish(result)
+
+    def _on_result(self, msg: Message) -> None:
+        value = msg.value()
+        try:
+            self.executor.absorb(CommandResult.model_validate_json(value or b""))
+        except ValidationError:
+            log.debug("executor %s: ignoring an undecodable result at %s", self.executor.name, msg.offset())
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """New partitions of commands: learn every result published so far before handling any."""
+        self._results.catch_up(self._on_result)
+
+    def _attach_missing_commands(self) -> None:
+        """Held ids learnt from the results topic need their commands, from the commands topic."""
+        missing = set(self.executor.ledger.missing_commands())
+        if not missing:
+            return
+        for value in read_topic(self._conf, self._topics["commands"], timeout=self.timeout_s):
+            try:
+                cmd = Command.model_validate_json(value)
+            except ValidationError:
+                continue
+            if cmd.id in missing:
+                self.executor.attach(cmd)
+                missing.discard(cmd.id)
+        if missing:
+            log.warning("executor %s: commands held for approval but gone from the topic: %s",
+                        self.executor.name, sorted(missing))
+
+    # --- output -----------------------------------------------------------------------------
+
+    def _publish(self, result: CommandResult) -> bool:
+        """Send ``result`` until the broker confirms it (or stop is set); True when it did."""
+        delay = _BACKOFF_FIRST_S
+        while not self._deliver(self._topics["command-results"], result.command, result):
+            if self._stop.wait(delay):
+                return False
+            delay = min(delay * 2, _BACKOFF_MAX_S)
+        self.executor.published(result)
+        RESULTS_PUBLISHED.labels(executor=self.executor.name, status=result.status).inc()
+        log.info("executor %s: %s %s: %s", self.executor.name, result.command, result.status, result.detail)
+        return True
+
+    def _deliver(self, topic: str, key: str, record: BaseModel) -> bool:
+        errors: list[KafkaError] = []
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                errors.append(err)
+
+        try:
+            self._producer.produce(topic, key=key.encode(), value=record.model_dump_json().encode(),
+                                   on_delivery=delivered)
+        except (KafkaException, BufferError) as exc:
+            log.warning("executor %s: could not send to %s: %s", self.executor.name, topic, exc)
+            return False
+        left = self._producer.flush(self.timeout_s)
+        if left or errors:
+            log.warning("executor %s: %s not confirmed: %s", self.executor.name, topic,
+                        errors[0] if errors else "timed out")
+            return False
+        return True
+
+    def _decode(self, msg: Message, model: type[_M]) -> _M | None:
+        """The record as ``model``, or None after sending it to dead letters with the reason."""
+        value = msg.value() or b""
+        try:
+            return model.model_validate_json(value)
+        except ValidationError as exc:
+            raw = value.decode("utf-8", "replace")[:_MAX_RAW] if isinstance(value, bytes) else str(value)
+            letter = DeadLetter(stage=f"executor:{self.executor.name}:{msg.topic()}",
+                                reason=f"{type(exc).__name__}: {exc}"[:2000], raw=raw, at=self.clock())
+            self._deliver(self._topics["deadletters"], letter.stage, letter)
+            return None
+
+    def _commit(self, msg: Message) -> None:
+        try:
+            self._commands.commit(message=msg, asynchronous=False)
+        except KafkaException as exc:
+            # The result is out and the ledger has it: a re-delivery becomes skipped_duplicate.
+            log.warning("executor %s: offset commit failed: %s", self.executor.name, exc)

@@ -1,0 +1,231 @@
+"""The Slurm backend: node and job commands as ``scontrol`` calls.
+
+Every call goes through one seam, ``run(args) -> stdout`` (by default
+:class:`CommandLine`: the real binaries, a timeout, a non-zero exit as
+:class:`ExecutionError`), so the backend is tested both against a real
+``slurmctld`` and, where a real one cannot do it, against a recording seam.
+
+What each command does:
+
+* ``cordon_node``, ``drain_node`` — ``scontrol update NodeName=X State=DRAIN
+  Reason="faultline: <incident> <category>"``. Slurm's DRAIN is both: no new
+  jobs, running ones finish (moving them off is ``restart_job``'s work).
+* ``quarantine_gpu`` — **drains the node**, with ``gpu=<id>`` in the reason.
+  Slurm cannot take one GPU of a node out of scheduling at run time: a node's
+  GPU count may only be set to zero by ``scontrol`` (changing it otherwise
+  needs gres.conf/slurm.conf edits and a daemon restart), and a node feature
+  marking the bad card does not stop jobs that do not ask for it (constraints
+  cannot be negated). Draining loses the node's healthy GPUs for a while, but
+  it is the only fence that really holds ("a restart never lands on
+  hardware under quarantine"); the reason names the GPU for the repair.
+* ``release_gpu`` — takes our entry for that GPU (or, without a GPU, every
+  faultline entry) out of the reason; the node is resumed (``State=RESUME``)
+  when no faultline entry is left, and stays drained for the others.
+* ``restart_job`` — ``scontrol requeue <jobid>``; with excluded nodes,
+  ``requeuehold``, ``update JobId=<id> ExcNodeList=<nodes>``, ``release``, so
+  the job cannot start again before the exclusion is in place (a failed
+  update leaves it held, and says so). Excluded single GPUs need no job
+  change: their nodes are drained by ``quarantine_gpu``. The batch script
+  resumes from its newest checkpoint itself, as Slurm requeues restart it.
+* ``reboot_node`` — ``scontrol reboot ASAP nextstate=DOWN`` (drain, reboot
+  when idle, stay down until validated and released); the executor core
+  runs it only after a person's approval.
+
+A node already drained for a reason that is not ours is left as it is, and
+never resumed by us: someone else took it out for their own reasons.
+Several faultline fences of one node share its reason:
+``faultline: <incident> <category> gpu=<gpu>; <incident> <category>``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+
+from sinks.executors.core import ExecutionError, excluded_nodes
+from streams.decisions import Command
+
+__all__ = ["SlurmBackend", "CommandLine", "Run", "SUPPORTED_TYPES", "REASON_PREFIX"]
+
+Run = Callable[[Sequence[str]], str]
+
+SUPPORTED_TYPES: frozenset[str] = frozenset(
+    {"cordon_node", "drain_node", "quarantine_gpu", "release_gpu", "restart_job", "reboot_node"})
+REASON_PREFIX = "faultline:"
+
+_FIELD = re.compile(r"(?:^|\s)(\w+)=(\S*)")
+_REASON = re.compile(r"\sReason=(.*?)(?:\s+\[[^\]@]*@[^\]]*\])?\s*$")
+
+
+class CommandLine:
+    """Runs a command line with a timeout; its standard output, or :class:`ExecutionError`."""
+
+    def __init__(self, timeout_s: float = 30.0, env: Mapping[str, str] | None = None) -> None:
+        self.timeout_s = timeout_s
+        self.env = dict(env) if env is not None else None
+
+    def __call__(self, args: Sequence[str]) -> str:
+        shown = shlex.join(args)
+        try:
+            done = subprocess.run(list(args), capture_output=True, text=True, timeout=self.timeout_s,
+                                  env={**os.environ, **self.env} if self.env else None, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise ExecutionError(f"{shown}: no answer within {self.timeout_s:g}s") from exc
+        except OSError as exc:
+            raise ExecutionError(f"{shown}: {exc}") from exc
+        if done.returncode != 0:
+            said = (done.stderr or done.stdout).strip() or "no message"
+            raise ExecutionError(f"{shown}: exit {done.returncode}: {said}")
+        return done.stdout
+
+
+class SlurmBackend:
+    """Carries node and job commands out through ``scontrol`` (and ``squeue``/``sinfo`` to look)."""
+
+    name = "slurm"
+
+    def __init__(self, run: Run | None = None, *, timeout_s: float = 30.0) -> None:
+        self.run: Run = run if run is not None else CommandLine(timeout_s)
+
+    # --- Backend ------------------------------------------------------------------------
+
+    def supports(self, cmd_type: str) -> bool:
+        return cmd_type in SUPPORTED_TYPES
+
+    def fleet_size(self) -> int | None:
+        try:
+            out = self.run(["sinfo", "--noheader", "--Node", "--format=%N"])
+        except ExecutionError:
+            return None
+        return len({line.strip() for line in out.splitlines() if line.strip()}) or None
+
+    def plan(self, cmd: Command) -> str:
+        node, job = cmd.target.node, cmd.target.job
+        if cmd.type in ("cordon_node", "drain_node", "quarantine_gpu"):
+            reason = f"{REASON_PREFIX} {_entry(cmd)}"
+            return shlex.join(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+        if cmd.type == "release_gpu":
+            return (f"remove the faultline entry for {cmd.target.gpu or 'the node'} from {node}'s drain reason; "
+                    f"{shlex.join(['scontrol', 'update', f'NodeName={node}', 'State=RESUME'])} when none is left")
+        if cmd.type == "reboot_node":
+            return shlex.join(self._reboot_args(cmd))
+        excluded = excluded_nodes(cmd)
+        if excluded:
+            return (f"scontrol requeuehold {job}; scontrol update JobId={job} ExcNodeList={','.join(excluded)}; "
+                    f"scontrol release {job}")
+        return f"scontrol requeue {job}"
+
+    def execute(self, cmd: Command) -> str:
+        if cmd.type == "restart_job":
+            if not cmd.target.job:
+                raise ExecutionError("restart_job without target.job")
+            return self._restart(cmd.target.job, excluded_nodes(cmd))
+        node = cmd.target.node
+        if not node:
+            raise ExecutionError(f"{cmd.type} without target.node")
+        if cmd.type in ("cordon_node", "drain_node"):
+            return self._drain(node, _entry(cmd))
+        if cmd.type == "quarantine_gpu":
+            if not cmd.target.gpu:
+                raise ExecutionError("quarantine_gpu without target.gpu")
+            return self._drain(node, _entry(cmd))
+        if cmd.type == "release_gpu":
+            return self._release(node, cmd.target.gpu)
+        if cmd.type == "reboot_node":
+            self.run(self._reboot_args(cmd))
+            return f"node {node} reboots when idle (ASAP), then stays DOWN until released"
+        raise ExecutionError(f"unsupported: the slurm backend does not carry out {cmd.type}")
+
+    # --- nodes --------------------------------------------------------------------------
+
+    def node_state(self, node: str) -> tuple[str, str]:
+        """(State, Reason) of a node as ``scontrol show node`` reports them (Reason "" when none)."""
+        out = self.run(["scontrol", "--oneliner", "show", "node", node]).strip()
+        fields = dict(_FIELD.findall(out))
+        if "State" not in fields:
+            raise ExecutionError(f"scontrol show node {node}: no State in {out[:200]!r}")
+        match = _REASON.search(out)
+        reason = match.group(1).strip() if match else ""
+        return fields["State"], "" if reason == "(null)" else reason
+
+    def _drain(self, node: str, entry: str) -> str:
+        state, reason = self.node_state(node)
+        entries = _entries(reason)
+        if "DRAIN" in state and entries is None:
+            return f"node {node} was already drained by someone else (reason: {reason}): left as it is"
+        entries = entries if "DRAIN" in state and entries is not None else []
+        if entry in entries:
+            return f"node {node} was already drained for this: {reason}"
+        new_reason = _reason(entries + [entry])
+        self.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={new_reason}"])
+        return f"drained node {node} (reason: {new_reason})"
+
+    def _release(self, node: str, gpu: str | None) -> str:
+        state, reason = self.node_state(node)
+        if "DRAIN" not in state:
+            return f"node {node} is not drained ({state}): nothing to release"
+        entries = _entries(reason)
+        if entries is None:
+            raise ExecutionError(f"node {node} is drained by someone else (reason: {reason}): not resuming it")
+        left = [e for e in entries if gpu is not None and not e.endswith(f" gpu={gpu}")]
+        if left == entries:
+            return f"node {node} holds no faultline entry for GPU {gpu}: unchanged (reason: {reason})"
+        if left:
+            self.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={_reason(left)}"])
+            return f"released GPU {gpu} on {node}; the node stays drained for: {'; '.join(left)}"
+        self.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+        return f"resumed node {node}"
+
+    def _reboot_args(self, cmd: Command) -> list[str]:
+        return ["scontrol", "reboot", "ASAP", "nextstate=DOWN", f"reason={REASON_PREFIX} {_entry(cmd)}",
+                str(cmd.target.node)]
+
+    # --- jobs ---------------------------------------------------------------------------
+
+    def _restart(self, job: str, excluded: list[str]) -> str:
+        job_id = self._job_id(job)
+        if not excluded:
+            self.run(["scontrol", "requeue", job_id])
+            return f"requeued job {job_id}"
+        nodes = ",".join(excluded)
+        self.run(["scontrol", "requeuehold", job_id])
+        try:
+            self.run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={nodes}"])
+        except ExecutionError as exc:
+            raise ExecutionError(f"job {job_id} requeued and HELD: excluding {nodes} failed ({exc}); "
+                                 f"fix the exclusion, then `scontrol release {job_id}`") from exc
+        self.run(["scontrol", "release", job_id])
+        return f"requeued job {job_id} excluding {nodes}"
+
+    def _job_id(self, job: str) -> str:
+        """A job id as given, or the one active job of that name."""
+        if job.isdigit():
+            return job
+        out = self.run(["squeue", "--noheader", "--format=%i", f"--name={job}"])
+        ids = sorted({line.strip() for line in out.splitlines() if line.strip()})
+        if len(ids) != 1:
+            raise ExecutionError(f"job name {job!r} matches {len(ids)} active jobs ({', '.join(ids) or 'none'}): "
+                                 "not guessing")
+        return ids[0]
+
+
+def _entry(cmd: Command) -> str:
+    """Our part of a node's reason for this command: ``<incident> <category>[ gpu=<gpu>]``."""
+    category = (cmd.params.get("category") or cmd.params.get("reason")
+                or cmd.reason.split(":", 1)[0].strip() or cmd.type)
+    gpu = f" gpu={cmd.target.gpu}" if cmd.type == "quarantine_gpu" and cmd.target.gpu else ""
+    return re.sub(r"[;\s]+", " ", f"{cmd.incident} {category}{gpu}").strip()
+
+
+def _entries(reason: str) -> list[str] | None:
+    """The faultline entries of a drain reason, or None when the reason is someone else's."""
+    if not reason.startswith(REASON_PREFIX):
+        return None
+    return [e.strip() for e in reason[len(REASON_PREFIX):].split(";") if e.strip()]
+
+
+def _reason(entries: list[str]) -> str:
+    return f"{REASON_PREFIX} {'; '.join(entries)}"

@@ -1,0 +1,75 @@
+"""``faultline approve`` / ``deny`` and ``faultline executor run`` on the session's broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from faultline.cli import main
+from faultline.topic_io import create_namespace_topics, read_topic
+from streams.decisions import Approval, CommandResult
+from streams.topics import topic_name
+
+from .commands import command
+
+pytestmark = pytest.mark.broker
+
+
+@pytest.fixture
+def namespace(kafka_bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    create_namespace_topics({"bootstrap.servers": kafka_bootstrap}, unique_name, partitions=1)
+    monkeypatch.setenv("FAULTLINE_KAFKA", kafka_bootstrap)
+    monkeypatch.setenv("FAULTLINE_NAMESPACE", unique_name)
+    return unique_name
+
+
+def test_approve_and_deny_publish_a_decision_keyed_by_command(
+        kafka_bootstrap: str, namespace: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["approve", "cmd-1", "--by", "alice", "--reason", "checkpoint is fresh"]) == 0
+    assert main(["deny", "cmd-2", "--by", "bob"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["approved cmd-1 as alice", "denied cmd-2 as bob"]
+    conf = {"bootstrap.servers": kafka_bootstrap}
+    decisions = [Approval.model_validate_json(v) for v in read_topic(conf, topic_name(namespace, "approvals"))]
+    assert [(d.command, d.decision, d.by, d.reason) for d in decisions] == [
+        ("cmd-1", "approve", "alice", "checkpoint is fresh"), ("cmd-2", "deny", "bob", "")]
+
+
+def test_executor_run_dry_run_reports_what_it_would_do_and_stops_on_sigterm(
+        kafka_bootstrap: str, namespace: str, tmp_path: Path) -> None:
+    conf: dict[str, Any] = {"bootstrap.servers": kafka_bootstrap}
+    cmd = command("cmd-cordon-1", "cordon_node", node="gpu-node-07", incident="inc-3")
+    producer = Producer(conf)
+    producer.produce(topic_name(namespace, "commands"), key=cmd.id.encode(), value=cmd.model_dump_json().encode())
+    assert producer.flush(30) == 0
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "faultline.cli", "executor", "run", "--backend", "slurm", "--dry-run",
+         "--fleet-size", "64", "--state-dir", str(tmp_path)],
+        env={**os.environ, "FAULTLINE_KAFKA": kafka_bootstrap, "FAULTLINE_NAMESPACE": namespace},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = Consumer({**conf, "group.id": f"{namespace}.reader", "auto.offset.reset": "earliest"})
+    results.subscribe([topic_name(namespace, "command-results")])
+    try:
+        msg = None
+        deadline = time.monotonic() + 60
+        while msg is None and time.monotonic() < deadline and proc.poll() is None:
+            msg = results.poll(0.5)
+        assert msg is not None, proc.communicate(timeout=10) if proc.poll() is not None else "no result in 60 s"
+        result = CommandResult.model_validate_json(msg.value() or b"")
+    finally:
+        results.close()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert (result.command, result.status, result.executor) == ("cmd-cordon-1", "dry_run", "slurm-dry-run")
+    assert result.detail == ("would run: scontrol update NodeName=gpu-node-07 State=DRAIN "
+                             "'Reason=faultline: inc-3 gpu_off_bus'")
+    assert proc.returncode == 0, err
+    assert list(tmp_path.iterdir()) == []  # a dry run keeps no ledger

@@ -1,0 +1,159 @@
+"""The runner end to end on the session's Kafka broker: commands in, the webhook backend against a
+local HTTP server, an approval from a person, and exactly the expected results out."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from faultline.topic_io import create_namespace_topics
+from sinks.executors.approvals import send_decision
+from sinks.executors.launch import ExecutorOptions, make_executor
+from sinks.executors.runner import ExecutorRunner
+from streams.decisions import CommandResult
+from streams.topics import topic_name
+
+from .commands import approval, command
+from .http_recorder import RecordingServer, Reply
+
+pytestmark = pytest.mark.broker
+
+DEADLINE_S = 60.0
+
+
+@pytest.fixture
+def conf(kafka_bootstrap: str) -> dict[str, Any]:
+    return {"bootstrap.servers": kafka_bootstrap}
+
+
+@pytest.fixture
+def namespace(conf: dict[str, Any], unique_name: str) -> str:
+    create_namespace_topics(conf, unique_name, partitions=2)
+    return unique_name
+
+
+@pytest.fixture
+def hook() -> Iterator[RecordingServer]:
+    """The ticketing system: fails the first request with a 500, then accepts everything."""
+    with RecordingServer(lambda _req: Reply(500) if len(server.requests) == 1 else Reply(201)) as server:
+        yield server
+
+
+class Results:
+    """Follows the namespace's command-results topic from its beginning."""
+
+    def __init__(self, conf: dict[str, Any], namespace: str) -> None:
+        topic = topic_name(namespace, "command-results")
+        self.records: list[CommandResult] = []
+        self._consumer = Consumer({**conf, "group.id": f"{namespace}.test-reader", "enable.auto.commit": False})
+        parts = self._consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+
+    def wait_for(self, count: int) -> list[CommandResult]:
+        deadline = time.monotonic() + DEADLINE_S
+        while len(self.records) < count:
+            assert time.monotonic() < deadline, f"only {len(self.records)} of {count} results: {self.records}"
+            for msg in self._consumer.consume(num_messages=100, timeout=0.5):
+                if msg.error() is None:
+                    self.records.append(CommandResult.model_validate_json(msg.value() or b""))
+        return self.records
+
+    def by_command(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = defaultdict(list)
+        for r in self.records:
+            out[r.command].append(r.status)
+        return dict(out)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def running(runner: ExecutorRunner) -> Callable[[], None]:
+    """Run ``runner`` in a thread; the returned function stops it and waits."""
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,), kwargs={"poll_s": 0.2}, daemon=True)
+    thread.start()
+
+    def halt() -> None:
+        stop.set()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        runner.close()
+
+    return halt
+
+
+def test_commands_are_carried_out_once_and_approvals_release_held_ones(
+        conf: dict[str, Any], namespace: str, hook: RecordingServer, tmp_path: Path) -> None:
+    notify = command("cmd-notify-1", "notify", node=None, job="llm", params={"to": "alice", "message": "restarted"})
+    ticket = command("cmd-ticket-1", "open_ticket", requires_approval=True, params={"kind": "rma"})
+    producer = Producer({**conf, "enable.idempotence": True})
+    for cmd in (notify, notify, ticket):  # the second notify is a duplicate delivery
+        producer.produce(topic_name(namespace, "commands"), key=cmd.id.encode(), value=cmd.model_dump_json().encode())
+    assert producer.flush(30) == 0
+    results = Results(conf, namespace)
+    options = ExecutorOptions(backend="webhook", url=f"{hook.url}/tickets", state_dir=tmp_path / "first")
+
+    halt = running(ExecutorRunner(make_executor(options), conf, namespace))
+    try:
+        results.wait_for(3)
+        assert results.by_command() == {"cmd-notify-1": ["done", "skipped_duplicate"],
+                                        "cmd-ticket-1": ["waiting_approval"]}
+        send_decision(conf, namespace, approval("cmd-ticket-1", by="alice"))
+        results.wait_for(4)
+    finally:
+        halt()
+    assert results.by_command() == {"cmd-notify-1": ["done", "skipped_duplicate"],
+                                    "cmd-ticket-1": ["waiting_approval", "done"]}
+    assert {r.executor for r in results.records} == {"webhook"}
+    [ticket_done] = [r for r in results.records if (r.command, r.status) == ("cmd-ticket-1", "done")]
+    assert ticket_done.detail.endswith("(approved by alice)")
+    posted = [r.headers["idempotency-key"] for r in hook.requests]
+    assert sorted(set(posted)) == ["cmd-notify-1", "cmd-ticket-1"] and len(posted) == 3  # one 500, retried
+
+    # A second executor of the same name, elsewhere (no local state, its own group, so it reads every
+    # command again): rebuilt from the results topic, it repeats nothing.
+    second = ExecutorOptions(backend="webhook", url=f"{hook.url}/tickets", state_dir=tmp_path / "second")
+    halt = running(ExecutorRunner(make_executor(second), conf, namespace, group_id=f"{namespace}.second"))
+    try:
+        results.wait_for(7)
+    finally:
+        halt()
+        results.close()
+    assert [r.status for r in results.records[4:]] == ["skipped_duplicate"] * 3
+    assert len(hook.requests) == 3
+
+
+def test_an_undecodable_command_goes_to_dead_letters_and_the_rest_go_on(
+        conf: dict[str, Any], namespace: str, hook: RecordingServer, tmp_path: Path) -> None:
+    producer = Producer(conf)
+    producer.produce(topic_name(namespace, "commands"), key=b"x", value=b'{"id": "half a command"')
+    good = command("cmd-notify-2", "notify", node=None, job="llm")
+    producer.produce(topic_name(namespace, "commands"), key=b"x", value=good.model_dump_json().encode())
+    assert producer.flush(30) == 0
+    results = Results(conf, namespace)
+    options = ExecutorOptions(backend="webhook", url=f"{hook.url}/tickets", state_dir=tmp_path)
+    halt = running(ExecutorRunner(make_executor(options), conf, namespace))
+    try:
+        assert [(r.command, r.status) for r in results.wait_for(1)] == [("cmd-notify-2", "done")]
+    finally:
+        halt()
+        results.close()
+    letters = Consumer({**conf, "group.id": f"{namespace}.letters", "auto.offset.reset": "earliest"})
+    letters.subscribe([topic_name(namespace, "deadletters")])
+    try:
+        msg = None
+        deadline = time.monotonic() + DEADLINE_S
+        while msg is None and time.monotonic() < deadline:
+            msg = letters.poll(0.5)
+        assert msg is not None and b"half a command" in (msg.value() or b"")
+        assert b"executor:webhook" in (msg.value() or b"")
+    finally:
+        letters.close()

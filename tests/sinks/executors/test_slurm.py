@@ -1,0 +1,143 @@
+"""The Slurm backend against a real slurmctld/slurmd (``scontrol`` through the real command-line seam)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from sinks.executors.core import ExecutionError
+from sinks.executors.slurm import CommandLine, SlurmBackend
+from tests.producers.scheduler.slurm_cluster import SlurmCluster, wait_until
+
+from .commands import command
+
+
+def backend(cluster: SlurmCluster) -> SlurmBackend:
+    return SlurmBackend(CommandLine(timeout_s=20, env={"SLURM_CONF": str(cluster.conf)}))
+
+
+def show(cluster: SlurmCluster, kind: str, name: str) -> dict[str, str]:
+    """``scontrol show node|job`` as a dict (Reason keeps its spaces, without the [user@time] tail)."""
+    out = cluster.run("scontrol", "--oneliner", "show", kind, name).strip()
+    head, _, reason = out.partition(" Reason=") if kind == "node" else (out, "", "")
+    fields = dict(token.partition("=")[::2] for token in head.split())
+    if reason:
+        fields["Reason"] = reason.rsplit(" [", 1)[0]
+    return fields
+
+
+def running(cluster: SlurmCluster, *sbatch_args: str) -> str:
+    job = cluster.sbatch("--requeue", "--gres=gpu:1", *sbatch_args, "--wrap", "sleep 120")
+    wait_until(lambda: show(cluster, "job", job)["JobState"] == "RUNNING", 20, f"job {job} running", 0.2)
+    return job
+
+
+def test_cordon_drains_the_node_with_our_reason_and_release_resumes_it(slurm: SlurmCluster) -> None:
+    slurm_backend = backend(slurm)
+    detail = slurm_backend.execute(command("c1", "cordon_node", node=slurm.node, incident="inc-42"))
+    node = show(slurm, "node", slurm.node)
+    assert "DRAIN" in node["State"] and node["Reason"] == "faultline: inc-42 gpu_off_bus"
+    assert detail == f"drained node {slurm.node} (reason: faultline: inc-42 gpu_off_bus)"
+    assert "already drained for this" in slurm_backend.execute(
+        command("c2", "drain_node", node=slurm.node, incident="inc-42"))
+
+    assert slurm_backend.execute(command("c3", "release_gpu", node=slurm.node)) == f"resumed node {slurm.node}"
+    assert "DRAIN" not in show(slurm, "node", slurm.node)["State"]
+
+
+def test_quarantined_gpus_drain_the_node_until_the_last_is_released(slurm: SlurmCluster) -> None:
+    slurm_backend = backend(slurm)
+    slurm_backend.execute(command("q1", "quarantine_gpu", node=slurm.node, gpu="GPU-aaaa", incident="inc-1"))
+    slurm_backend.execute(command("q2", "quarantine_gpu", node=slurm.node, gpu="GPU-bbbb", incident="inc-2",
+                                  params={"reason": "gpu_memory_fault"}))
+    node = show(slurm, "node", slurm.node)
+    assert "DRAIN" in node["State"]
+    assert node["Reason"] == "faultline: inc-1 gpu_off_bus gpu=GPU-aaaa; inc-2 gpu_memory_fault gpu=GPU-bbbb"
+
+    detail = slurm_backend.execute(command("r1", "release_gpu", node=slurm.node, gpu="GPU-aaaa"))
+    assert "stays drained" in detail
+    node = show(slurm, "node", slurm.node)
+    assert "DRAIN" in node["State"] and node["Reason"] == "faultline: inc-2 gpu_memory_fault gpu=GPU-bbbb"
+    slurm_backend.execute(command("r2", "release_gpu", node=slurm.node, gpu="GPU-bbbb"))
+    assert "DRAIN" not in show(slurm, "node", slurm.node)["State"]
+
+
+def test_a_node_drained_by_someone_else_is_left_alone(slurm: SlurmCluster) -> None:
+    slurm.run("scontrol", "update", f"NodeName={slurm.node}", "State=DRAIN", "Reason=PSU swap, ask Bob")
+    slurm_backend = backend(slurm)
+    assert "already drained by someone else" in slurm_backend.execute(
+        command("c1", "cordon_node", node=slurm.node))
+    with pytest.raises(ExecutionError, match="drained by someone else .*not resuming"):
+        slurm_backend.execute(command("c2", "release_gpu", node=slurm.node))
+    assert show(slurm, "node", slurm.node)["Reason"] == "PSU swap, ask Bob"
+
+
+def test_restart_requeues_a_running_job(slurm: SlurmCluster) -> None:
+    job = running(slurm, "--job-name=fl-llm")
+    detail = backend(slurm).execute(command("c1", "restart_job", node=None, job="fl-llm",
+                                            params={"exclude": {"nodes": [], "gpus": []}}))
+    assert detail == f"requeued job {job}"
+    fields = show(slurm, "job", job)
+    assert fields["Restarts"] == "1" and fields["ExcNodeList"] == "(null)"
+
+
+def test_restart_with_excluded_nodes_sets_them_before_the_job_may_start_again(slurm: SlurmCluster) -> None:
+    job = running(slurm)
+    detail = backend(slurm).execute(command("c1", "restart_job", node=None, job=job,
+                                            params={"exclude": {"nodes": [slurm.node], "gpus": []}}))
+    assert detail == f"requeued job {job} excluding {slurm.node}"
+    wait_until(lambda: show(slurm, "job", job)["JobState"] == "PENDING", 20, f"job {job} pending again", 0.2)
+    fields = show(slurm, "job", job)
+    assert (fields["Restarts"], fields["ExcNodeList"]) == ("1", slurm.node)
+    assert fields["Reason"] != "JobHeldAdmin"  # released: it waits only for a node it may use
+
+
+def test_restart_of_an_unknown_job_name_fails_without_guessing(slurm: SlurmCluster) -> None:
+    with pytest.raises(ExecutionError, match="matches 0 active jobs"):
+        backend(slurm).execute(command("c1", "restart_job", node=None, job="no-such-job"))
+
+
+def test_reboot_surfaces_slurms_refusal(slurm: SlurmCluster) -> None:
+    with pytest.raises(ExecutionError, match="RebootProgram isn't defined"):  # the test cluster has none
+        backend(slurm).execute(command("c1", "reboot_node", node=slurm.node, requires_approval=True))
+
+
+def test_fleet_size_counts_the_nodes(slurm: SlurmCluster) -> None:
+    assert backend(slurm).fleet_size() == 1
+
+
+def test_reboot_and_requeue_command_lines() -> None:
+    calls: list[list[str]] = []
+
+    def run(args: Sequence[str]) -> str:
+        calls.append(list(args))
+        return "4242\n" if args[0] == "squeue" else ""
+
+    slurm_backend = SlurmBackend(run)
+    slurm_backend.execute(command("c1", "reboot_node", node="gpu-node-07", incident="inc-9"))
+    slurm_backend.execute(command("c2", "restart_job", node=None, job="llm",
+                                  params={"exclude": {"nodes": ["n1", "n2"], "gpus": ["GPU-1"]}}))
+    assert calls == [
+        ["scontrol", "reboot", "ASAP", "nextstate=DOWN", "reason=faultline: inc-9 gpu_off_bus", "gpu-node-07"],
+        ["squeue", "--noheader", "--format=%i", "--name=llm"],
+        ["scontrol", "requeuehold", "4242"],
+        ["scontrol", "update", "JobId=4242", "ExcNodeList=n1,n2"],
+        ["scontrol", "release", "4242"],
+    ]
+
+
+def test_a_failed_exclusion_leaves_the_job_held_and_says_so() -> None:
+    def run(args: Sequence[str]) -> str:
+        if args[:2] == ["scontrol", "update"]:
+            raise ExecutionError("scontrol update: exit 1: Invalid node name specified")
+        return ""
+
+    with pytest.raises(ExecutionError, match="job 77 requeued and HELD: excluding bad-node failed"):
+        SlurmBackend(run).execute(command("c1", "restart_job", node=None, job="77",
+                                          params={"exclude": {"nodes": ["bad-node"]}}))
+
+
+def test_a_hung_command_times_out() -> None:
+    with pytest.raises(ExecutionError, match="no answer within 0.2s"):
+        CommandLine(timeout_s=0.2)(["sleep", "5"])
