@@ -1,0 +1,258 @@
+"""Report training progress to faultline from inside the training loop (standard library only).
+
+::
+
+    from producers.jobs.reporter import Reporter
+
+    rep = Reporter(job="llama-70b", rank=int(os.environ["RANK"]))
+    for step in ...:
+        ...
+        rep.step(step, loss.item(), samples_per_s)
+        if step % 500 == 0:
+            t0 = time.monotonic(); torch.save(state, path)
+            rep.checkpoint_saved(step, path, os.path.getsize(path), time.monotonic() - t0)
+    rep.close()
+
+Each call writes one ``trainer`` observation (contract, section 1) as a JSON
+line to a file that the node agent follows (its ``trainer_file`` source,
+:mod:`producers.jobs.trainer_file`) and sends on. A NaN or infinite loss is
+written the way Python's ``json`` writes it (``NaN``, ``Infinity``): a loss
+that went wrong is news.
+
+Why a file, not Kafka or a socket: the training process needs no broker
+address, credentials or client library; lines written while the agent is
+restarting are not lost (it resumes where it stopped); and the events topic
+carries parsed, validated events, which is the agent's job. Every rank of a
+node may share one file: each batch of lines is one ``write`` to a file
+opened with ``O_APPEND``, so lines of different processes never interleave.
+
+The path is ``path``, else ``$FAULTLINE_TRAINER_LOG``, else
+``./faultline-trainer.jsonl``.
+
+The training loop is never slowed down or broken by reporting: a call only
+puts the line on a bounded queue (a full queue drops the line and counts it
+in :attr:`Reporter.dropped`), a background thread writes, and no method
+raises (a failed write is counted in :attr:`Reporter.errors` and logged
+once). :meth:`Reporter.close` (also run at interpreter exit) writes what is
+queued, within a deadline.
+
+This module imports nothing outside the standard library, so it can also be
+copied as a single file into a training image that does not have faultline.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import weakref
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEFAULT_PATH", "PATH_ENV", "Reporter"]
+
+PATH_ENV = "FAULTLINE_TRAINER_LOG"
+DEFAULT_PATH = "faultline-trainer.jsonl"
+
+log = logging.getLogger("faultline.reporter")
+
+_STOP = object()
+_BATCH = 256  # lines written with one write()
+
+
+def _number(value: Any) -> float | None:
+    """A float for JSON (NaN and infinities kept: ``json`` writes them as ``NaN``, ``Infinity``),
+    or None. Accepts anything ``float()`` takes, such as a one-element tensor."""
+    return None if value is None else float(value)
+
+
+def _node() -> str:
+    return os.environ.get("FAULTLINE_NODE") or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+class Reporter:
+    """``trainer`` observations of one rank of one job, written in the background.
+
+    ``job`` and ``rank`` name the process (as the scheduler and torchrun name
+    them); ``node`` defaults to ``$FAULTLINE_NODE``, ``$SLURMD_NODENAME`` or
+    the short host name. ``max_queue`` bounds the lines waiting to be written.
+    """
+
+    def __init__(
+        self,
+        job: str,
+        rank: int,
+        node: str | None = None,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        max_queue: int = 10_000,
+    ) -> None:
+        self.job = str(job)
+        self.rank = int(rank)
+        self.node = node or _node()
+        self.path = Path(path or os.environ.get(PATH_ENV) or DEFAULT_PATH)
+        self.dropped = 0
+        self.errors = 0
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
+        self._done = threading.Condition()
+        self._enqueued = 0
+        self._written = 0  # lines handled by the writer (written or failed)
+        self._closed = False
+        self._fd: int | None = None
+        self._inode: int | None = None
+        self._thread = threading.Thread(target=self._run, name="faultline-reporter", daemon=True)
+        self._thread.start()
+        atexit.register(_close_at_exit, weakref.ref(self))
+
+    # --- what the training loop calls -----------------------------------------------------
+
+    def step(self, step: int, loss: Any = None, samples_per_s: Any = None) -> None:
+        """One training step done: its ``loss`` (NaN/inf allowed) and throughput."""
+        self._emit("step", lambda: {"step": int(step), "loss": _number(loss), "samples_per_s": _number(samples_per_s)})
+
+    def checkpoint_saved(self, step: int, path: str | os.PathLike[str], bytes: int | None = None,
+                         seconds: float | None = None) -> None:
+        """A checkpoint of ``step`` written to ``path``: its size and how long it took."""
+        self._emit("checkpoint_saved", lambda: {
+            "step": int(step), "path": os.fspath(path),
+            "bytes": int(bytes) if bytes is not None else None, "seconds": _number(seconds),
+        })
+
+    def checkpoint_failed(self, step: int | None, path: str | os.PathLike[str] | None, error: object) -> None:
+        """Writing the checkpoint of ``step`` to ``path`` failed with ``error`` (an exception or text)."""
+        self._emit("checkpoint_failed", lambda: {
+            "step": int(step) if step is not None else None,
+            "path": os.fspath(path) if path is not None else None,
+            "error": f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error),
+        })
+
+    def checkpoint_loaded(self, step: int | None, path: str | os.PathLike[str] | None) -> None:
+        """Training resumed from the checkpoint of ``step`` at ``path``."""
+        self._emit("checkpoint_loaded", lambda: {
+            "step": int(step) if step is not None else None,
+            "path": os.fspath(path) if path is not None else None,
+        })
+
+    def heartbeat(self) -> None:
+        """The loop is alive (between steps that take long)."""
+        self._emit("heartbeat", dict)
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every line reported so far is written; False if ``timeout`` passed first."""
+        deadline = time.monotonic() + timeout
+        with self._done:
+            target = self._enqueued
+            while self._written < target:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._thread.is_alive():
+                    return False
+                self._done.wait(left)
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued (within ``timeout``) and stop; later calls are ignored."""
+        if self._closed:
+            return
+        self._closed = True
+        self.flush(timeout)
+        try:
+            self._queue.put(_STOP, timeout=max(0.0, timeout))
+        except queue.Full:
+            return
+        self._thread.join(timeout)
+
+    def __enter__(self) -> Reporter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _emit(self, event: str, fields: Any) -> None:
+        try:
+            if self._closed:
+                return
+            line = {
+                "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                "source": "trainer", "job": self.job, "rank": self.rank, "node": self.node,
+                "event": event, **{k: v for k, v in fields().items() if v is not None},
+            }
+            data = (json.dumps(line) + "\n").encode("utf-8")
+            with self._done:
+                self._queue.put_nowait(data)
+                self._enqueued += 1
+        except queue.Full:
+            self.dropped += 1
+        except Exception:  # never into the training loop
+            self.errors += 1
+            if self.errors == 1:
+                log.exception("faultline reporter: cannot report %s", event)
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            batch: list[bytes] = []
+            item = self._queue.get()
+            while True:
+                if item is _STOP:
+                    stopping = True
+                    break
+                if isinstance(item, bytes):
+                    batch.append(item)
+                if len(batch) >= _BATCH:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                self._write(b"".join(batch))
+            with self._done:
+                self._written += len(batch)
+                self._done.notify_all()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _write(self, data: bytes) -> None:
+        try:
+            fd = self._open()
+            os.write(fd, data)
+        except Exception:
+            self.errors += 1
+            if self.errors == 1:
+                log.exception("faultline reporter: cannot write %s", self.path)
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def _open(self) -> int:
+        """The file, reopened when the agent rotated or removed it."""
+        try:
+            inode: int | None = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            inode = None
+        if self._fd is not None and inode == self._inode:
+            return self._fd
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._inode = os.fstat(self._fd).st_ino
+        return self._fd
+
+
+def _close_at_exit(ref: weakref.ref[Reporter]) -> None:
+    reporter = ref()
+    if reporter is not None:
+        reporter.close(timeout=2.0)
