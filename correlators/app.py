@@ -30,6 +30,8 @@ from pydantic import ValidationError
 from correlators.engine import Correlator
 from correlators.policy import load_policy
 from faultline.settings import Settings
+from faultline.topic_io import ensure_topic
+from sinks import metrics as m
 from streams.decisions import Command, DeadLetter, Incident, StreamEnd
 from streams.events import EndOfCapture, Event
 from streams.topics import topic_name
@@ -90,16 +92,42 @@ def make_app(settings: Settings) -> faust.App:
     events = app.topic(events_topic, value_serializer="raw", key_serializer="raw")
     out = {s: app.topic(topic_name(ns, s), value_serializer="raw", key_serializer="raw")
            for s in ("incidents", "commands", "deadletters", "control")}
+    # Created here, before Faust looks for it: Faust's own declaration races its first write.
+    ensure_topic(settings.kafka_config(bootstrap), f"{app.conf.id}-emitted-changelog", 1, {"cleanup.policy": "compact"})
     emitted = app.Table("emitted", default=lambda: -1, partitions=1, key_type=str, value_type=int)
     engine = Correlator(load_policy(settings.policy))
     rebuilt: set[int] = set()
 
     async def send(suffix: str, key: str, value: bytes) -> None:
         await out[suffix].send(key=key.encode(), value=value)
+        m.RECORDS_OUT.labels("correlator", suffix).inc()
 
     async def publish(decisions: list[Incident | Command]) -> None:
         for d in decisions:
+            if isinstance(d, Command):
+                m.COMMANDS_ISSUED.labels(d.type, str(d.requires_approval).lower()).inc()
+                inc = engine.incidents.get(d.incident)
+                if settings.live_clock and inc is not None:
+                    m.observe_detection_to_command(d.type, inc.opened_at)
             await send("incidents" if isinstance(d, Incident) else "commands", d.id, d.model_dump_json().encode())
+
+    @app.task
+    async def serve_metrics() -> None:
+        if settings.metrics_port:
+            from prometheus_client import start_http_server
+
+            start_http_server(settings.metrics_port)
+
+    @app.timer(interval=5.0)
+    async def gauges() -> None:
+        """Open incidents by category and severity, every few seconds (not per event: a hot path)."""
+        counts: dict[tuple[str, str], int] = {}
+        for inc in engine.incidents.values():
+            if inc.state not in ("resolved", "closed"):
+                counts[(inc.category, inc.severity)] = counts.get((inc.category, inc.severity), 0) + 1
+        m.set_incidents_open(counts)
+        if engine.clock is not None:
+            m.EVENT_TIME.labels("correlator").set(engine.clock.timestamp())
 
     if settings.live_clock:
         @app.timer(interval=0.05)
@@ -119,9 +147,11 @@ def make_app(settings: Settings) -> faust.App:
                     n = await asyncio.get_running_loop().run_in_executor(
                         None, rebuild, engine, settings.kafka_config(bootstrap), events_topic, part, offset)
                     log.warning("rebuilt state from %d earlier events of partition %d", n, part)
+            m.RECORDS_IN.labels("correlator", "events").inc()
             try:
                 event = Event.model_validate_json(ev.value)
             except ValidationError as exc:
+                m.DEAD_LETTERS.labels("correlator").inc()
                 dl = DeadLetter(stage="correlator", reason=f"undecodable event: {exc.errors()[0]['msg']}",
                                 raw=bytes(ev.value).decode("utf-8", "replace")[:10000], at=datetime.now(UTC))
                 await send("deadletters", "correlator", dl.model_dump_json().encode())
@@ -143,6 +173,7 @@ def make_app(settings: Settings) -> faust.App:
 
 
 app = make_app(Settings())
+
 
 if __name__ == "__main__":
     app.main()

@@ -27,6 +27,8 @@ EXAMPLES = {
     "executor": "faultline executor run --backend slurm --fleet-size 512",
     "approve": "faultline approve cmd-3f2a9c41 --by alice --reason 'job checkpointed; reboot is safe'",
     "deny": "faultline deny cmd-3f2a9c41 --by alice --reason 'the RMA visit tomorrow replaces the board'",
+    "topics": "FAULTLINE_KAFKA=kafka:9092 faultline topics apply --dry-run",
+    "sink": "FAULTLINE_ARCHIVE=http://clickhouse:8123 faultline sink run",
 }
 
 
@@ -36,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help_, description=help_, epilog=f"example: {EXAMPLES[name]}")
+        return sub.add_parser(name, help=help_, description=help_, epilog=f"example: {EXAMPLES[name]}",
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
 
     r = add("replay", "Run a capture through the real pipeline (broker, correlator, archive) and print decisions.")
     r.add_argument("capture", type=Path)
@@ -65,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     tl.add_argument("job")
     tl.add_argument("--json", action="store_true")
     tl.add_argument("--html", type=Path, help="write one HTML page per incident: FILE, FILE-2, ...")
+
+    sk = add("sink", "Archive the namespace's topics into ClickHouse until stopped (SIGTERM).")
+    sk.add_argument("action", choices=["run"])
 
     be = add("bench", "Measure detection latency, throughput, archive rate, replay rate and goodput.")
     be.add_argument("--json", action="store_true", help="print the summary as one JSON object (last line)")
@@ -95,6 +101,11 @@ def _parser() -> argparse.ArgumentParser:
         v.add_argument("id", help="the command id (from its waiting_approval result)")
         v.add_argument("--by", help="who decides (default: your login name)")
         v.add_argument("--reason", default="", help="why, for the record")
+
+    tp = add("topics", "Print the namespace's topic plan with its sizing arithmetic, or apply it to Kafka.")
+    tp.add_argument("action", choices=["plan", "apply"])
+    tp.add_argument("--dry-run", action="store_true", help="apply: say what would change; change nothing")
+    tp.add_argument("--gpus", type=int, default=10_000, help="GPUs in the fleet (cell) to size for (10000)")
     return p
 
 
@@ -137,6 +148,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return _broker(args.action, settings)
     if args.cmd in ("status", "incident", "timeline"):
         return _operator_view(args, settings)
+    if args.cmd == "sink":
+        return _sink(settings)
     if args.cmd == "bench":
         from bench.runner import run_bench
 
@@ -153,6 +166,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return _executor(args, settings)
     if args.cmd in ("approve", "deny"):
         return _decide(args, settings)
+    if args.cmd == "topics":
+        return _topics(args, settings)
     return 2
 
 
@@ -224,6 +239,21 @@ def _executor(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _topics(args: argparse.Namespace, settings: Settings) -> int:
+    """``faultline topics plan|apply``: the plan of deploy/topics.py; apply is idempotent (only grows)."""
+    from deploy.topics import Assumptions, apply_plan, make_plan, render_actions, render_plan
+
+    plan = make_plan(settings.namespace, Assumptions(gpus=args.gpus))
+    if args.action == "plan":
+        print(render_plan(plan))
+        return 0
+    from faultline.pipeline import ensure_broker
+
+    actions = apply_plan(settings.kafka_config(ensure_broker(settings)), plan, dry_run=args.dry_run)
+    print(render_actions(actions, args.dry_run))
+    return 0
+
+
 def _decide(args: argparse.Namespace, settings: Settings) -> int:
     import getpass
     from datetime import UTC, datetime
@@ -268,6 +298,28 @@ def _operator_view(args: argparse.Namespace, settings: Settings) -> int:
             path = args.html if n == 0 else args.html.with_name(f"{args.html.stem}-{n + 1}{args.html.suffix}")
             path.write_text(render_timeline(story["incident"], story["timeline"]), encoding="utf-8")
             print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _sink(settings: Settings) -> int:
+    import signal
+    import threading
+
+    from faultline.pipeline import ensure_broker
+    from sinks.archive.store import Archive
+    from sinks.archive_sink import ArchiveSink
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    bootstrap = ensure_broker(settings)
+    if settings.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(settings.metrics_port)
+    with Archive.open(settings.archive_url) as archive, \
+            ArchiveSink(archive, bootstrap, settings.namespace, consumer_config=settings.kafka_config(bootstrap)) as sink:
+        print(f"archiving {settings.namespace}.* from {bootstrap} into {settings.archive_url}", file=sys.stderr)
+        sink.run(stop)
     return 0
 
 

@@ -26,6 +26,7 @@ from faultline.settings import Settings
 from faultline.topic_io import check_broker, create_namespace_topics, delete_namespace_topics, read_topic
 from producers.capture import BadInput, parse_capture_line
 from producers.delivery import EventPublisher
+from sinks import metrics
 from streams.decisions import Command, DeadLetter, Incident, StreamEnd
 from streams.events import EndOfCapture, Event
 from streams.topics import topic_name
@@ -112,6 +113,7 @@ def publish_capture(pub: EventPublisher, lines: Iterable[bytes], on_line: Callab
             parsed = parse_capture_line(raw)
         except BadInput as exc:
             bad += 1
+            metrics.DEAD_LETTERS.labels("producer").inc()
             pub.dead_letter(DeadLetter(stage="producer", reason=f"line {n}: {exc.reason}",
                                        raw=raw[:10000].decode("utf-8", "replace"), at=datetime.now(UTC)))
             continue

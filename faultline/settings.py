@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     live_clock: bool = Field(
         False, description="Worker: also advance event time with the wall clock (live, not replay), so "
         "debounce and settle windows close without waiting for the next event.")
+    metrics_port: int = Field(
+        0, description="Serve Prometheus metrics on this port (0: off). Deployments use 9464 agent, "
+        "9465 correlator, 9466 sink, 9467 executor (deploy/prometheus/prometheus.yml).")
     local_kafka_port: int = Field(19092, description="Port of the local broker started when `kafka` is unset.")
 
     @property

@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams.topics import TOPICS, topic_name
 
-__all__ = ["create_namespace_topics", "delete_namespace_topics", "read_topic", "BrokerUnreachable", "check_broker"]
+__all__ = ["ensure_topic", "create_namespace_topics", "delete_namespace_topics", "read_topic", "BrokerUnreachable", "check_broker"]
 
 
 class BrokerUnreachable(RuntimeError):
@@ -26,6 +26,18 @@ def check_broker(conf: dict[str, Any], timeout: float = 10.0) -> None:
             f"Kafka at {conf['bootstrap.servers']} did not answer ({exc}). Check that the broker runs, or set "
             "FAULTLINE_KAFKA to a reachable one (unset it to use the local broker: "
             "`python -m deploy.local.kafka start`).") from exc
+
+
+def ensure_topic(conf: dict[str, Any], name: str, partitions: int, config: dict[str, str]) -> None:
+    """Create ``name`` unless it exists."""
+    admin = AdminClient(conf)
+    for fut in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
+                                             config=config)], operation_timeout=30).values():
+        try:
+            fut.result(timeout=30)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise RuntimeError(f"could not create topic {name}: {exc}") from exc
 
 
 def create_namespace_topics(conf: dict[str, Any], namespace: str, partitions: int | None = None) -> list[str]:

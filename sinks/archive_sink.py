@@ -36,6 +36,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import Counter
 from pydantic import BaseModel
 
+from sinks import metrics as stage_metrics
 from sinks.archive.store import Archive
 from streams.decisions import DeadLetter
 from streams.topics import TOPICS, topic_name
@@ -220,6 +221,7 @@ class ArchiveSink:
         for msg in self._consumer.consume(num_messages=max(1, max_batch - batch.size), timeout=max(0.0, wait)):
             err = msg.error()
             if err is None:
+                stage_metrics.RECORDS_IN.labels("sink", str(msg.topic())).inc()
                 batch.add(*self._decode(msg), msg)
             elif err.fatal():
                 raise KafkaException(err)
@@ -241,6 +243,7 @@ class ArchiveSink:
             return suffix, TOPICS[suffix].model.model_validate_json(value)
         except ValueError as exc:
             DEAD_LETTERS.inc()
+            stage_metrics.DEAD_LETTERS.labels("sink").inc()
             kind, ms = msg.timestamp()
             at = datetime.fromtimestamp(ms / 1000, UTC) if kind != TIMESTAMP_NOT_AVAILABLE else datetime.now(UTC)
             raw = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value or "")
@@ -286,6 +289,7 @@ class ArchiveSink:
             if records:
                 written: int = getattr(self.archive, method)(records)
                 ROWS_WRITTEN.labels(table=table).inc(written)
+                stage_metrics.RECORDS_OUT.labels("sink", table).inc(written)
                 rows += written
         return rows
 

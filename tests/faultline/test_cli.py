@@ -1,0 +1,71 @@
+"""The `faultline` command: help with examples everywhere, errors that say what to do, the live sink."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from faultline.cli import EXAMPLES, main
+from faultline.settings import Settings
+from faultline.topic_io import create_namespace_topics, delete_namespace_topics
+from producers.delivery import EventPublisher
+from sinks.archive.store import Archive
+from streams.events import AgentHeartbeat, Event
+
+
+@pytest.mark.parametrize("cmd", sorted(EXAMPLES))
+def test_every_command_has_help_with_an_example(cmd: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main([cmd, "--help"])
+    assert done.value.code == 0
+    assert f"example: {EXAMPLES[cmd]}" in capsys.readouterr().out
+
+
+def test_replay_of_a_missing_file_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "/nonexistent/capture.jsonl"]) == 2
+    assert "no such capture file" in capsys.readouterr().err
+
+
+def test_unreachable_broker_names_the_address_and_the_setting(monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str],
+                                                             tmp_path: Path) -> None:
+    capture = tmp_path / "c.jsonl"
+    capture.write_text('{"ts": "2026-04-22T03:00:00+00:00", "source": "node_agent", "node": "n1", "alive": true}\n')
+    monkeypatch.setenv("FAULTLINE_KAFKA", "127.0.0.1:1")
+    assert main(["replay", str(capture)]) == 1
+    err = capsys.readouterr().err
+    assert "127.0.0.1:1" in err and "FAULTLINE_KAFKA" in err
+
+
+@pytest.mark.broker
+def test_sink_run_archives_until_sigterm(kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:
+    settings = Settings(kafka=kafka_bootstrap, namespace=unique_name, archive=f"chdb://{tmp_path}/archive")
+    conf = settings.kafka_config(kafka_bootstrap)
+    create_namespace_topics(conf, unique_name, partitions=1)
+    env = {**os.environ, "FAULTLINE_KAFKA": kafka_bootstrap, "FAULTLINE_NAMESPACE": unique_name,
+           "FAULTLINE_ARCHIVE": settings.archive_url, "FAULTLINE_DATA_DIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "faultline.cli", "sink", "run"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        pub = EventPublisher(conf, unique_name)
+        now = datetime.now(UTC)
+        pub.publish([Event(id=f"hb-{i}", ts=now, source="node_agent", node=f"n{i}", body=AgentHeartbeat())
+                     for i in range(20)])
+        pub.flush()
+        time.sleep(8)  # the sink joins its group and writes a batch
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out.decode()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        delete_namespace_topics(conf, unique_name)
+    with Archive.open(settings.archive_url) as archive:
+        assert archive.count("events") == 20
