@@ -1,0 +1,66 @@
+"""A pytest plugin: one archive filled by replaying every public scenario, once per session.
+
+The report tests (``tests/sinks/test_report.py``) and the dashboard tests
+(``tests/deploy/test_grafana_panels.py``) both ask for :func:`replayed_archive`; each names this
+module in ``pytest_plugins``, so the fixture is registered once and the replays (the slow part:
+a correlator worker per capture) run once however many test files use it.
+
+The fixture yields the archive's URL, not an open :class:`~sinks.archive.store.Archive`: chDB
+holds one engine path per process, so tests open it while they need it and close it after.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from faultline.pipeline import Run, replay
+from faultline.settings import Settings
+
+__all__ = ["SCENARIOS", "Replayed", "replayed_archive"]
+
+SCENARIOS = Path(__file__).resolve().parents[3] / "shared" / "scenarios"
+_PARALLEL = 3  # replays at once: each runs its own correlator worker process
+_ATTEMPTS = 2  # a worker that dies while Faust declares its changelog topic is started again
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """The archive every public scenario was replayed into, and each replay's outcome."""
+
+    url: str
+    runs: dict[str, Run]
+
+
+def _replay_with_retry(capture: Path, settings: Settings) -> Run:
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            return replay(capture, settings)
+        except RuntimeError as exc:
+            if attempt == _ATTEMPTS:
+                raise
+            log.warning("replay of %s failed (attempt %d), retrying: %s", capture.name, attempt, exc)
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="session")
+def replayed_archive(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replayed]:
+    """Every ``shared/scenarios/*.jsonl`` replayed through the real pipeline into one chDB archive."""
+    captures = sorted(SCENARIOS.glob("*.jsonl"))
+    if not captures:
+        pytest.skip(f"no public scenarios in {SCENARIOS}")
+    data_dir = tmp_path_factory.mktemp("replayed")
+    settings = Settings(kafka=kafka_bootstrap, data_dir=data_dir, namespace=f"t-replayed-{uuid.uuid4().hex[:8]}",
+                        archive=f"chdb://{data_dir / 'archive'}")
+    with ThreadPoolExecutor(_PARALLEL) as pool:
+        runs = dict(zip([c.stem for c in captures],
+                        pool.map(lambda c: _replay_with_retry(c, settings), captures), strict=True))
+    yield Replayed(settings.archive_url, runs)
