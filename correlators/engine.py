@@ -9,27 +9,18 @@ same answer every run.
 
 from __future__ import annotations
 
-from collections import OrderedDict, defaultdict, deque
+from collections import deque
 from datetime import datetime, timedelta
 
-from correlators.attribution import BmcView, silence_category
+from correlators.attribution import silence_category
 from correlators.findings import FAILURE_CATEGORIES, Finding
-from correlators.gpu_health import GpuHealth
-from correlators.incident_state import OpenIncident
-from correlators.job_progress import JobProgress
-from correlators.lifecycle import Lifecycle
-from correlators.planner import Planner
-from correlators.policy import Policy
-from correlators.quarantine_ledger import QuarantineLedger
-from correlators.timers import TimerQueue
-from correlators.topology import Topology
+from correlators.state import Decision
+from correlators.topology import Job
 from correlators.training_rules import TrainingRules
 from streams import events as ev
-from streams.decisions import Command, Incident
 
 __all__ = ["Correlator", "Decision"]
 
-Decision = Incident | Command
 CLOSED = frozenset({"resolved", "closed", "escalated"})
 # Timers that decide on what was already seen; at the end of a capture they
 # still fire. The others wait for time to pass (silence, staleness, hangs), and
@@ -38,33 +29,8 @@ FLUSH_AT_END = frozenset({"fence", "settle", "judge", "psu_check", "confirm"})
 _SEEN_IDS = 200_000
 
 
-class Correlator(TrainingRules, Lifecycle):
-    def __init__(self, policy: Policy) -> None:
-        self.p = policy
-        self.topo = Topology()
-        self.ledger = QuarantineLedger()
-        self.plan = Planner(policy, self.topo, self.ledger)
-        self.timers = TimerQueue()
-        self.clock: datetime | None = None
-        self._seen: OrderedDict[str, None] = OrderedDict()
-        self._out: list[Decision] = []
-        self.health: dict[tuple[str, int], GpuHealth] = defaultdict(GpuHealth)
-        self.progress: dict[str, JobProgress] = defaultdict(JobProgress)
-        self.failure: dict[str, OpenIncident] = {}
-        self.conditions: dict[tuple[str | None, str | None, str], OpenIncident] = {}
-        self.incidents: dict[str, OpenIncident] = {}
-        self.job_history: dict[str, list[OpenIncident]] = defaultdict(list)
-        self.restarts: dict[str, int] = defaultdict(int)
-        self.unknown_restarts: dict[str, int] = defaultdict(int)
-        self.restart_log: deque[datetime] = deque()
-        self.pending_fence: dict[str, list[Finding]] = defaultdict(list)
-        self.lost: dict[str, list[tuple[datetime, int, str]]] = defaultdict(list)
-        self.bmc: dict[str, BmcView] = defaultdict(BmcView)
-        self.psu_sel: dict[str, list[datetime]] = defaultdict(list)
-        self.heartbeat: dict[str, tuple[datetime, deque[float]]] = {}
-        self.silent: dict[str, datetime] = {}
-        self.host_oom: dict[str, datetime] = {}
-        self.awaiting_remap: dict[tuple[str, int], tuple[datetime, str]] = {}
+class Correlator(TrainingRules):
+    """The whole correlator: state (``state``), lifecycle (``lifecycle``) and rules (here and ``training_rules``)."""
 
     # --- driving ---------------------------------------------------------------------
     def process(self, event: ev.Event) -> list[Decision]:
@@ -132,6 +98,7 @@ class Correlator(TrainingRules, Lifecycle):
         if job is None:
             return
         job.running = False
+        job.ended = (e.ts, b.status)
         for name in ("hang", "stale"):
             self.timers.cancel(name, (job.name,))
         if b.status == "failed":
@@ -172,30 +139,47 @@ class Correlator(TrainingRules, Lifecycle):
         self.silent[node] = last
         usual = max(gaps) if gaps else 0.0
         self.timers.arm_after("judge", (node,), due, max(15.0, usual))
+        self.judge_from[node] = due + timedelta(seconds=max(15.0, usual))
 
     def _timer_judge(self, key: tuple, due: datetime) -> None:
         node = key[0]
         if node not in self.silent:
             return
+        since = self.silent[node]
         rack = self.topo.rack_of(node)
         peers = [n for n in (self.topo.rack_nodes(rack) if rack else []) if n != node and n in self.silent
-                 and abs((self.silent[n] - self.silent[node]).total_seconds()) <= self.p.timing.rack_window_s]
-        category = silence_category(self.bmc[node], len(peers))
-        since = self.silent[node]
+                 and abs((self.silent[n] - since).total_seconds()) <= self.p.timing.rack_window_s]
+        view = self.bmc[node]
+        wait_until = self.judge_from.get(node, due) + timedelta(seconds=self.p.timing.bmc_wait_s)
+        if peers and (view.heard is None or view.heard < since) and due < wait_until:
+            # the rack's nodes are quiet but this BMC has said nothing since: its answer (or its
+            # silence) tells a rack outage from dead nodes, so give the next poll a chance
+            self.timers.arm("judge", (node,), wait_until)
+            return
+        category = silence_category(view, len(peers))
         lost_nodes = [node] + (peers if category == "rack_outage" else [])
         for n in lost_nodes:
+            reason = f"node agent silent since {self.silent.get(n, since).isoformat()}"
             self.timers.cancel("judge", (n,))
             self.silent.pop(n, None)
-            reason = f"node agent silent since {self.silent.get(n, since).isoformat()}"
             self._node_finding(Finding(category, due, n, reason=f"{category}: {reason}"))
+
+    def _bmc_heard(self, e: ev.Event) -> None:
+        node = e.node or ""
+        view = self.bmc[node]
+        view.heard = e.ts if view.heard is None else max(view.heard, e.ts)
+        if node in self.silent and self.timers.armed("judge", (node,)):
+            self.timers.arm("judge", (node,), max(self.judge_from.get(node, e.ts), e.ts))
 
     def _on_bmc_power(self, e: ev.Event, b: ev.BmcPower) -> None:
         if e.node:
             self.bmc[e.node].power_on, self.bmc[e.node].reachable = b.on, True
+            self._bmc_heard(e)
 
     def _on_bmc_unreachable(self, e: ev.Event, b: ev.BmcUnreachable) -> None:
         if e.node:
             self.bmc[e.node].reachable = False
+            self._bmc_heard(e)
 
     def _on_bmc_sel(self, e: ev.Event, b: ev.BmcSel) -> None:
         node = e.node
@@ -203,6 +187,7 @@ class Correlator(TrainingRules, Lifecycle):
             return
         view = self.bmc[node]
         view.reachable = True
+        self._bmc_heard(e)
         if not (b.hardware_fault and b.asserted):
             return
         view.hardware_sel.append((b.component, b.line))
@@ -217,10 +202,9 @@ class Correlator(TrainingRules, Lifecycle):
         node = key[0]
         if self._recent_losses(node, due):
             return
-        inc = self._condition(None, node, "power_supply_fault", [], due,
-                              "power supply failure reported by the BMC; nothing lost yet", None,
-                              actions_only=("open_ticket",))
-        inc.severity = "ticket"
+        self._condition(None, node, "power_supply_fault", [], due,
+                        "power supply failure reported by the BMC; nothing lost yet", None,
+                        actions_only=("open_ticket",), severity="ticket")
 
     # --- kernel and NVML --------------------------------------------------------------
     def _on_xid(self, e: ev.Event, b: ev.Xid) -> None:
@@ -233,7 +217,11 @@ class Correlator(TrainingRules, Lifecycle):
             return  # evidence for a software crash, never a hardware fault alone
         reason = f"XID {b.code} on {node} GPU {idx}"
         if b.code in self.p.xid_needs_pending_remap:
-            if not self._remap_pending(node, idx, e.ts):
+            after = self.health[(node, idx)].remap_reading
+            if after is not None and after[0] >= e.ts:  # the XID came in late: NVML has spoken already
+                if not after[1]:
+                    return
+            elif not self._remap_pending(node, idx, e.ts):
                 self.awaiting_remap[(node, idx)] = (e.ts, e.id)
                 self.timers.arm_after("confirm", (node, idx), e.ts, self.p.timing.confirm_window_s)
                 return
@@ -266,18 +254,22 @@ class Correlator(TrainingRules, Lifecycle):
             else:
                 self._gpu_condition(node, idx, category, e.ts, reason, e.id)
         waiting = self.awaiting_remap.get((node, idx))
-        if waiting and self._remap_pending(node, idx, e.ts):
+        reading = self.health[(node, idx)].remap_reading
+        if waiting and reading is not None and reading[0] >= waiting[0]:
+            # the first reading of the flag after the XID decides, whichever way it goes
             del self.awaiting_remap[(node, idx)]
             self.timers.cancel("confirm", (node, idx))
-            self._queue_fence(node, Finding("gpu_memory_fault", waiting[0], node, [idx],
-                                            "XID with remapped rows pending", waiting[1]))
+            if reading[1]:
+                self._queue_fence(node, Finding("gpu_memory_fault", waiting[0], node, [idx],
+                                                "XID with remapped rows pending", waiting[1]))
 
     def _timer_confirm(self, key: tuple, due: datetime) -> None:
         self.awaiting_remap.pop((key[0], key[1]), None)
 
     def _remap_pending(self, node: str, idx: int, ts: datetime) -> bool:
+        """NVML showed rows pending remap at most ``confirm_window_s`` before (or at) ``ts``."""
         at = self.health[(node, idx)].pending_remap_at
-        return at is not None and abs((ts - at).total_seconds()) <= self.p.timing.confirm_window_s
+        return at is not None and 0 <= (ts - at).total_seconds() <= self.p.timing.confirm_window_s
 
     # --- fencing hardware: debounce, then group by power domain ------------------------
     def _queue_fence(self, node: str, f: Finding) -> None:
@@ -324,23 +316,40 @@ class Correlator(TrainingRules, Lifecycle):
         f = Finding("power_supply_fault", first, node, gpus,
                     f"{len(gpus)} GPUs of power domain {'/'.join(doms)} on {node} lost together",
                     evidence or (losses[0][2] if losses else None))
-        self._node_finding(f)
+        if not gpus:
+            self._node_finding(f)
+            return
+        # the jobs on the GPUs that went dark; a job on the node's other supply keeps running
+        victims = {j.name: j for i in gpus for j in self._victims(node, i, f.ts)}
+        self._hardware_finding(f, [victims[name] for name in sorted(victims)])
 
     def _gpu_finding(self, f: Finding) -> None:
         node, idx = f.node or "", f.gpus[0]
-        jobs = self.topo.running_jobs_on(node, idx)
-        if not jobs:
-            self._condition(None, node, f.category, f.gpus, f.ts, f.reason, f.evidence)
-        for job in jobs:
-            self._failure(job.name, f)
+        self._hardware_finding(f, self._victims(node, idx, f.ts))
 
     def _node_finding(self, f: Finding) -> None:
+        self._hardware_finding(f, self._victims(f.node or "", None, f.ts))
+
+    def _hardware_finding(self, f: Finding, jobs: list[Job]) -> None:
         node = f.node or ""
-        jobs = self.topo.running_jobs_on(node)
-        if not jobs:
-            self._condition(None, node, f.category, f.gpus, f.ts, f.reason, f.evidence)
         for job in jobs:
             self._failure(job.name, f)
+        if jobs:
+            return
+        fenced_by = self.ledger.fenced_by(node, f.gpus[0] if len(f.gpus) == 1 else None)
+        owner = self.incidents.get(fenced_by) if fenced_by else None
+        if owner is not None and owner.category == f.category and owner.state not in ("resolved", "closed"):
+            owner.add_evidence(f.evidence)  # hardware already fenced for this very cause
+            return
+        self._condition(None, node, f.category, f.gpus, f.ts, f.reason, f.evidence)
+
+    def _victims(self, node: str, idx: int | None, ts: datetime) -> list[Job]:
+        """Jobs on this hardware when it failed: running, or failed within ``hardware_lookback_s`` of it
+        (the kernel or BMC often reports after the crash it caused)."""
+        near = self.p.timing.hardware_lookback_s
+        return [j for j in self.topo.jobs_on(node, idx)
+                if j.running or (j.ended is not None and j.ended[1] == "failed"
+                                 and abs((ts - j.ended[0]).total_seconds()) <= near)]
 
     def _gpu_condition(self, node: str, idx: int, category: str, ts: datetime, reason: str,
                        evidence: str | None) -> None:

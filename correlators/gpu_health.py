@@ -19,7 +19,8 @@ class GpuHealth:
     sbe_signals: deque[datetime] = field(default_factory=deque)
     last: dict[str, float] = field(default_factory=dict)
     hot_since: datetime | None = None
-    pending_remap_at: datetime | None = None
+    pending_remap_at: datetime | None = None  # the newest reading that showed remapped rows pending
+    remap_reading: tuple[datetime, bool] | None = None  # the newest reading of the flag, either way
 
     def note_sbe(self, ts: datetime, t: Thresholds) -> bool:
         """Record one single-bit ECC signal; True when the trend is now degradation."""
@@ -42,12 +43,18 @@ class GpuHealth:
     def observe(self, ts: datetime, m: GpuMetrics, t: Thresholds) -> list[tuple[str, str]]:
         """(category, reason) pairs this sample newly indicates."""
         out: list[tuple[str, str]] = []
-        if self._rose("dbe_volatile", m.ecc_dbe_volatile) or self._rose("dbe_aggregate", m.ecc_dbe_aggregate):
+        # every counter is read on every sample (no short-circuit), so each keeps its own base
+        dbe_up = self._rose("dbe_volatile", m.ecc_dbe_volatile)
+        dbe_up = self._rose("dbe_aggregate", m.ecc_dbe_aggregate) or dbe_up
+        dbe_up = self._rose("retired_dbe", m.retired_pages_dbe) or dbe_up
+        if dbe_up:
             out.append(("gpu_memory_fault", "double-bit ECC errors counted"))
         if self._rose("remap_failure", m.remapped_rows_failure):
             out.append(("gpu_memory_fault", "row remapping failed"))
-        if m.remapped_rows_pending:
-            self.pending_remap_at = ts
+        if m.remapped_rows_pending is not None:
+            self.remap_reading = (ts, bool(m.remapped_rows_pending))
+            if m.remapped_rows_pending:
+                self.pending_remap_at = ts
         sbe_up = self._rose("sbe_volatile", m.ecc_sbe_volatile)
         sbe_up = self._rose("sbe_aggregate", m.ecc_sbe_aggregate) or sbe_up
         if sbe_up and self.note_sbe(ts, t):

@@ -39,6 +39,30 @@ class OpenIncident:
     baseline_throughput: float | None = None
     lost_gpu_hours: float | None = None
     settle_deadline: datetime | None = None
+    held: bool = False  # a failure whose cause is still being judged: not published, no commands yet
+    more: dict[str, set[int]] = field(default_factory=dict)  # further hardware of the same cause: node -> GPUs
+    earlier_nodes: set[str] = field(default_factory=set)  # culprit nodes of earlier rounds (before a reopen)
+
+    def hardware(self) -> list[tuple[str, set[int]]]:
+        """Every (node, GPU indices) this incident blames: the culprit first, then the rest."""
+        out = [(self.node, self.gpus)] if self.node else []
+        return out + [(n, g) for n, g in sorted(self.more.items()) if n != self.node]
+
+    def blame(self, node: str | None, gpus: set[int]) -> bool:
+        """Add hardware of the same cause; True when it is new."""
+        if node is None:
+            return False
+        if self.node is None:
+            self.node, self.gpus = node, set(gpus)
+            return True
+        have = self.gpus if node == self.node else self.more.get(node)
+        if have is None:
+            self.more[node] = set(gpus)
+            return True
+        if gpus <= have:
+            return False
+        have |= gpus
+        return True
 
     def add_evidence(self, event_id: str | None) -> None:
         if event_id and event_id not in self.evidence and len(self.evidence) < 200:

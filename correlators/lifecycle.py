@@ -1,56 +1,79 @@
-"""Incident lifecycle: open, refine, fence, restart, verify, close."""
+"""Incident lifecycle: open, refine, publish (or reopen), emit. Restarts live in ``recovery``.
+
+One failure incident per job and root cause. A failure opens *held* when its
+cause is not hardware (a crash, a timeout, a hang): it is judged once it has
+settled, because the hardware that caused it often reports a moment later (a
+late kernel line, a node whose silence is still being timed). Hardware causes
+publish at once: fencing is urgent. When a job fails again for the cause of a
+recent incident of its own (a restart loop), that incident is reopened rather
+than a second one opened.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
-from correlators.findings import HARDWARE_CATEGORIES, NODE_CATEGORIES, PRIORITY, Finding
+from correlators.findings import HARDWARE_CATEGORIES, PRIORITY, Finding
 from correlators.incident_state import OpenIncident, stable_id
+from correlators.state import CorrelatorState
 
-if TYPE_CHECKING:
-    from correlators.engine import Correlator
-
-__all__ = ["Lifecycle"]
+__all__ = ["Lifecycle", "ACTIVE"]
 
 ACTIVE = ("open", "mitigating", "restarting", "awaiting_approval")
-UNKNOWN_CAUSES = frozenset({"software_crash", "network_timeout", "training_hang"})
 
 
-class Lifecycle:
+class Lifecycle(CorrelatorState):
     """Incident handling mixed into :class:`~correlators.engine.Correlator`."""
 
     # --- failure incidents: one per job at a time, refined to the strongest cause -------
-    def _failure(self: Correlator, job: str, f: Finding) -> OpenIncident | None:
+    def _failure(self, job: str, f: Finding) -> OpenIncident:
         inc = self.failure.get(job)
-        if inc is not None and inc.state == "verifying":
-            self._set_state(inc, "escalated", f.ts, "failed again while proving progress")
-            inc = None
-        if inc is None or inc.state not in ACTIVE:
-            inc = self._open(job, None, f, failure=True)
-            self.failure[job] = inc
-            self.timers.arm_after("settle", (inc.id,), f.ts, self.p.timing.settle_s)
-            inc.settle_deadline = f.ts + timedelta(seconds=self.p.timing.max_settle_s)
-            self._immediate(inc, f.ts)
-            return inc
+        if inc is not None and inc.state in ACTIVE:
+            self._refine(inc, f)
+            return self.failure[job]
+        inc = self._new(job, None, f)
+        inc.held = f.category not in HARDWARE_CATEGORIES
+        self.failure[job] = inc
+        # settle from when we learnt of it: a late line gives the evidence after it the same time
+        start = max(f.ts, self.clock or f.ts)
+        self.timers.arm_after("settle", (inc.id,), start, self.p.timing.settle_s)
+        inc.settle_deadline = start + timedelta(seconds=self.p.timing.max_settle_s)
+        if not inc.held:
+            self._publish(inc, self.clock or f.ts)
+        return self.failure[job]
+
+    def _refine(self, inc: OpenIncident, f: Finding) -> None:
         inc.add_evidence(f.evidence)
-        changed = False
+        now = self.clock or f.ts
+        changed = new_hardware = False
         if f.ts < inc.opened_at:
             inc.opened_at, changed = f.ts, True
         if PRIORITY[f.category] > PRIORITY[inc.category]:
-            inc.category, inc.node, inc.gpus = f.category, f.node, set(f.gpus)
+            inc.category, inc.node, inc.gpus, inc.more = f.category, f.node, set(f.gpus), {}
             inc.severity, inc.summary, changed = self.p.rule(f.category).severity, f.reason, True
+            new_hardware = f.category in HARDWARE_CATEGORIES and not self._fenced(f)
             self._extend_settle(inc)
-        elif f.category == inc.category and f.node == inc.node and not set(f.gpus) <= inc.gpus:
-            inc.gpus |= set(f.gpus)
-            changed = True
-        if changed:
-            self._emit(inc, self.clock or f.ts)
-            self._immediate(inc, self.clock or f.ts)
-        return inc
+        elif f.category == inc.category and f.category in HARDWARE_CATEGORIES:
+            new_hardware = inc.blame(f.node, set(f.gpus))
+            changed = changed or new_hardware
+        if new_hardware and inc.state in ("restarting", "awaiting_approval"):
+            # the restart already asked for does not avoid this hardware: fence it, then restart again
+            self._set_state(inc, "open", now, f"more hardware after the restart: {f.reason}")
+            self.timers.arm_after("settle", (inc.id,), now, self.p.timing.settle_s / 2)
+        if inc.held and inc.category in HARDWARE_CATEGORIES:
+            self._publish(inc, now)
+        elif changed and not inc.held:
+            self._emit(inc, now)
+            self._immediate(inc, now)
 
-    def _extend_settle(self: Correlator, inc: OpenIncident) -> None:
-        if inc.restart_attempts or inc.settle_deadline is None or self.clock is None:
+    def _fenced(self, f: Finding) -> bool:
+        """Is the hardware of ``f`` out of service already (its node cordoned, or every GPU quarantined)?"""
+        if f.node is None or self.ledger.is_fenced(f.node):
+            return f.node is not None
+        return bool(f.gpus) and all(self.ledger.is_fenced(f.node, g) for g in f.gpus)
+
+    def _extend_settle(self, inc: OpenIncident) -> None:
+        if inc.state in ("restarting", "awaiting_approval") or inc.settle_deadline is None or self.clock is None:
             return
         current = self.timers.due("settle", (inc.id,))
         if current is None:
@@ -58,26 +81,80 @@ class Lifecycle:
         wanted = max(current, self.clock + timedelta(seconds=self.p.timing.settle_s / 2))
         self.timers.arm("settle", (inc.id,), min(wanted, inc.settle_deadline))
 
+    def _publish(self, inc: OpenIncident, now: datetime) -> OpenIncident:
+        """Make a held (or new) failure incident public, or fold it into the job's incident of the same cause."""
+        inc.held = False
+        job = inc.job or ""
+        prev = self._reopenable(inc, now)
+        for old in self.job_history[job]:
+            if old.state == "verifying" and old is not prev:
+                self.timers.cancel("verify", (old.id,))
+                self._set_state(old, "escalated", now, f"failed again while proving progress: {inc.category}")
+        if prev is not None:
+            return self._reopen(prev, inc, now)
+        self.job_history[job].append(inc)
+        self._emit(inc, now)
+        self._immediate(inc, now)
+        return inc
+
+    def _reopenable(self, inc: OpenIncident, now: datetime) -> OpenIncident | None:
+        window = self.p.timing.reopen_within_s
+        for h in reversed(self.job_history[inc.job or ""]):
+            if h is inc or h.category != inc.category or h.state in ACTIVE or h.state == "closed":
+                continue
+            if (now - (h.updated_at or h.opened_at)).total_seconds() <= window:
+                return h
+        return None
+
+    def _reopen(self, prev: OpenIncident, inc: OpenIncident, now: datetime) -> OpenIncident:
+        """The job failed again for ``prev``'s cause: ``prev`` takes the new round over."""
+        self.incidents.pop(inc.id, None)
+        due = self.timers.due("settle", (inc.id,))
+        self.timers.cancel("settle", (inc.id,))
+        self.timers.cancel("verify", (prev.id,))
+        for ev_id in inc.evidence:
+            prev.add_evidence(ev_id)
+        prev.earlier_nodes |= {n for n, _ in prev.hardware()}
+        if inc.node is not None and inc.node != prev.node and prev.node is not None:
+            prev.more.setdefault(prev.node, set()).update(prev.gpus)
+            prev.node, prev.gpus = inc.node, set(inc.gpus) | prev.more.pop(inc.node, set())
+        else:
+            prev.blame(inc.node, inc.gpus)
+        for n, g in inc.more.items():
+            prev.blame(n, g)
+        prev.reports = inc.reports
+        prev.settle_deadline = inc.settle_deadline
+        self.failure[prev.job or ""] = prev
+        self._set_state(prev, "open", now, f"failed again: {inc.summary}")
+        if due is not None:  # else: called from inc's own settle, which goes on with prev
+            self.timers.arm("settle", (prev.id,), due)
+        self._immediate(prev, now)
+        return prev
+
     # --- condition incidents: a job (or job-less hardware) keeps running -----------------
-    def _condition(self: Correlator, job: str | None, node: str | None, category: str, gpus: list[int],
+    def _condition(self, job: str | None, node: str | None, category: str, gpus: list[int],
                    ts: datetime, reason: str, evidence: str | None, node_hint: str | None = None,
-                   actions_only: tuple[str, ...] | None = None) -> OpenIncident:
+                   actions_only: tuple[str, ...] | None = None, severity: str | None = None) -> OpenIncident:
         key = (job, node if job is None else None, category)
         inc = self.conditions.get(key)
         if inc is not None and inc.state not in ("resolved", "closed"):
             inc.add_evidence(evidence)
-            if not set(gpus) <= inc.gpus:
-                inc.gpus |= set(gpus)
+            if inc.blame(node or node_hint, set(gpus)):
                 self._emit(inc, ts)
+                self._immediate(inc, ts, actions_only)
             return inc
         f = Finding(category, ts, node or node_hint, gpus, reason, evidence)
-        inc = self._open(job, node, f, failure=False)
+        inc = self._new(job, node, f)
+        inc.severity = severity or inc.severity
+        if job:
+            self.job_history[job].append(inc)
         self.conditions[key] = inc
+        self._emit(inc, ts)
         self._immediate(inc, ts, actions_only)
         return inc
 
     # --- shared ------------------------------------------------------------------------
-    def _open(self: Correlator, job: str | None, node: str | None, f: Finding, failure: bool) -> OpenIncident:
+    def _new(self, job: str | None, node: str | None, f: Finding) -> OpenIncident:
         inc = OpenIncident(
             id=stable_id("inc", job, node, f.category, f.ts.isoformat(), f.evidence),
             job=job, category=f.category, opened_at=f.ts,
@@ -85,13 +162,12 @@ class Lifecycle:
         )
         inc.add_evidence(f.evidence)
         self.incidents[inc.id] = inc
-        if job:
-            self.job_history[job].append(inc)
-        self._emit(inc, f.ts)
         return inc
 
-    def _immediate(self: Correlator, inc: OpenIncident, now: datetime,
+    def _immediate(self, inc: OpenIncident, now: datetime,
                    only: tuple[str, ...] | None = None) -> None:
+        if inc.held:
+            return
         cmds = self.plan.immediate(inc, now)
         if only is not None:
             cmds = [c for c in cmds if c.type in only]
@@ -99,94 +175,22 @@ class Lifecycle:
         if cmds and inc.state == "open" and inc.category in HARDWARE_CATEGORIES:
             self._set_state(inc, "mitigating", now)
 
-    def _emit(self: Correlator, inc: OpenIncident, now: datetime) -> None:
+    def _emit(self, inc: OpenIncident, now: datetime) -> None:
         inc.version += 1
         inc.updated_at = now
+        if inc.held:
+            return
         gpu_ids = [self.topo.gpu_id(inc.node, i) for i in sorted(inc.gpus)] if inc.node else []
         self._out.append(inc.to_model(gpu_ids))
 
-    def _set_state(self: Correlator, inc: OpenIncident, state: str, now: datetime, why: str = "") -> None:
+    def _set_state(self, inc: OpenIncident, state: str, now: datetime, why: str = "") -> None:
         if inc.state != state:
             inc.state = state
             if why:
                 inc.summary = f"{inc.summary}; {why}" if inc.summary else why
             self._emit(inc, now)
 
-    def _open_for_job(self: Correlator, job: str) -> list[OpenIncident]:
-        return [i for i in self.job_history.get(job, []) if i.state not in ("resolved", "closed", "escalated")]
-
-    # --- restart, once the failure has settled --------------------------------------------
-    def _timer_settle(self: Correlator, key: tuple, due: datetime) -> None:
-        inc = self.incidents.get(key[0])
-        if inc is None or inc.state not in ACTIVE or inc.job is None:
-            return
-        if "restart_job" not in self.p.rule(inc.category).actions:
-            return
-        job = self.topo.jobs.get(inc.job)
-        if job is None:
-            return
-        budget = job.spec.max_restarts
-        used = max(self.restarts[job.name], job.starts - 1)
-        if budget is not None and used >= budget:
-            self._out.extend(self.plan.notify(inc, due, f"restart budget exhausted ({used}/{budget}): "
-                                              "a person must decide", "page"))
-            self._set_state(inc, "escalated", due, "restart budget exhausted")
-            return
-        window = self.p.restarts.per_s
-        while self.restart_log and (due - self.restart_log[0]).total_seconds() >= window:
-            self.restart_log.popleft()
-        if len(self.restart_log) >= self.p.restarts.burst:
-            later = self.restart_log[0] + timedelta(seconds=window)
-            self.timers.arm("settle", key, later)  # staggered: a recovery storm waits its turn
-            return
-        self._restart(inc, job, due)
-
-    def _restart(self: Correlator, inc: OpenIncident, job, now: datetime) -> None:  # type: ignore[no-untyped-def]
-        reasons: list[str] = []
-        approval = False
-        extra_nodes: list[str] = []
-        repeat = [h for h in self.job_history[job.name][:-1]
-                  if h is not inc and h.node is not None and h.node == inc.node and h.category == inc.category]
-        if repeat:
-            reasons.append(f"same {inc.category} on {inc.node} as before: excluding it")
-            if inc.category not in NODE_CATEGORIES and inc.node:
-                extra_nodes.append(inc.node)
-        if inc.category in UNKNOWN_CAUSES:
-            if self.unknown_restarts[job.name] >= self.p.unknown_cause_auto_restarts:
-                approval = True
-                reasons.append("cause unknown and already retried: needs approval")
-            self.unknown_restarts[job.name] += 1
-        ck = self.progress[job.name].newest_checkpoint
-        checkpoint = {"path": ck.path, "step": ck.step} if ck else None
-        cmd = self.plan.restart(inc, job, checkpoint, now, approval, "; ".join(reasons) or inc.category,
-                                extra_nodes)
-        inc.restart_attempts += 1
-        self.restarts[job.name] += 1
-        self.restart_log.append(now)
-        inc.restored_step = ck.step if ck else 0
-        inc.baseline_throughput = self.progress[job.name].baseline_throughput()
-        if ck:
-            inc.lost_gpu_hours = round((now - ck.ts).total_seconds() * job.world_size / 3600, 3)
-        self._out.append(cmd)
-        self._set_state(inc, "awaiting_approval" if approval else "restarting", now)
-
-    # --- verify the restarted job really progresses ---------------------------------------
-    def _check_progress(self: Correlator, job: str, now: datetime) -> None:
-        inc = self.failure.get(job)
-        if inc is None or inc.state != "verifying":
-            return
-        prog = self.progress[job]
-        if prog.last_step is None or prog.last_step < (inc.restored_step or 0) + self.p.timing.progress_steps:
-            return
-        base, current = inc.baseline_throughput, prog.baseline_throughput()
-        if base and current and current < base * self.p.timing.progress_throughput:
-            return
-        self.timers.cancel("verify", (inc.id,))
-        self._set_state(inc, "resolved", now, f"progressing again at step {prog.last_step}")
-
-    def _timer_verify(self: Correlator, key: tuple, due: datetime) -> None:
-        inc = self.incidents.get(key[0])
-        if inc is None or inc.state != "verifying":
-            return
-        self._out.extend(self.plan.notify(inc, due, "restarted job is not progressing", "page"))
-        self._set_state(inc, "escalated", due, "no progress after restart")
+    def _open_for_job(self, job: str) -> list[OpenIncident]:
+        live = [i for i in self.job_history.get(job, []) if i.state not in ("resolved", "closed", "escalated")]
+        held = self.failure.get(job)
+        return live + ([held] if held is not None and held.held else [])

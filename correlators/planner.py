@@ -7,7 +7,7 @@ settled, so it is always issued after the fence that it avoids.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +22,8 @@ __all__ = ["Planner", "IMMEDIATE_ORDER"]
 IMMEDIATE_ORDER = ("quarantine_gpu", "cordon_node", "drain_node", "reset_gpu", "reboot_node",
                    "validate_gpu", "open_ticket", "notify")
 APPROVAL_ALWAYS = frozenset({"reset_gpu", "reboot_node"})
+# Work on hardware that one request covers, whichever incident (job) asks first.
+HARDWARE_ONCE = frozenset({"drain_node", "reboot_node", "reset_gpu", "validate_gpu", "open_ticket"})
 TICKET_KIND = {
     "gpu_off_bus": "rma", "gpu_memory_fault": "rma", "gpu_nvlink_fault": "repair",
     "gpu_firmware_fault": "repair", "gpu_ecc_degradation": "rma", "gpu_thermal": "cooling",
@@ -35,15 +37,24 @@ class Planner:
     policy: Policy
     topo: Topology
     ledger: QuarantineLedger
+    hardware_work: dict[tuple[str, str, str, str | None], str] = field(default_factory=dict)
 
     def immediate(self, inc: OpenIncident, now: datetime) -> list[Command]:
-        """Every non-restart action of the incident's category not yet issued for it."""
+        """Every non-restart action of the incident's category not yet issued for it (or, for work on
+        hardware, for another incident: two jobs on one dead node get one drain and one ticket)."""
         actions = set(self.policy.rule(inc.category).actions)
         out: list[Command] = []
         for action in IMMEDIATE_ORDER:
             if action in actions:
                 out.extend(self._action(inc, action, now))
-        return [c for c in out if self._fresh(inc, c)]
+        return [c for c in out if self._first_for_hardware(inc, c) and self._fresh(inc, c)]
+
+    def _first_for_hardware(self, inc: OpenIncident, cmd: Command) -> bool:
+        if cmd.type not in HARDWARE_ONCE or cmd.target.node is None:
+            return True
+        key = (cmd.type, inc.category, cmd.target.node, cmd.target.gpu)
+        owner = self.hardware_work.setdefault(key, inc.id)
+        return owner == inc.id
 
     def notify(self, inc: OpenIncident, now: datetime, message: str, severity: str) -> list[Command]:
         cmd = self._notify_cmd(inc, now, message, severity)
@@ -74,28 +85,31 @@ class Planner:
         return max(el.min_gpus, min(el.max_gpus, world - lost))
 
     def _action(self, inc: OpenIncident, action: str, now: datetime) -> list[Command]:
-        node, fence = inc.node, Fence(now, inc.id, inc.category)
-        gpus = sorted(inc.gpus)
+        fence = Fence(now, inc.id, inc.category)
+        out: list[Command] = []
         if action in ("quarantine_gpu", "reset_gpu", "validate_gpu"):
-            if node is None:
-                return []
-            out = []
-            for i in gpus:
-                if action == "quarantine_gpu" and not self.ledger.quarantine(node, i, fence):
-                    continue
-                out.append(self._cmd(inc, action, now, Target(job=inc.job, node=node, gpu=self.topo.gpu_id(node, i)),
-                                     {"reason": inc.category}))
+            for node, gpus in inc.hardware():
+                for i in sorted(gpus):
+                    if action == "quarantine_gpu" and not self.ledger.quarantine(node, i, fence):
+                        continue
+                    out.append(self._cmd(inc, action, now, Target(job=inc.job, node=node, gpu=self.topo.gpu_id(node, i)),
+                                         {"reason": inc.category}))
             return out
         if action in ("cordon_node", "drain_node", "reboot_node"):
-            if node is None or (action == "cordon_node" and not self.ledger.cordon(node, fence)):
-                return []
-            return [self._cmd(inc, action, now, Target(job=inc.job, node=node), {"reason": inc.category})]
+            for node, _ in inc.hardware():
+                if action == "cordon_node" and not self.ledger.cordon(node, fence):
+                    continue
+                out.append(self._cmd(inc, action, now, Target(job=inc.job, node=node), {"reason": inc.category}))
+            return out
         if action == "open_ticket":
-            gpu = self.topo.gpu_id(node, gpus[0]) if node and len(gpus) == 1 else None
-            return [self._cmd(inc, action, now, Target(job=inc.job, node=node, gpu=gpu), {
+            blamed = sorted(inc.gpus)
+            one = inc.node is not None and len(blamed) == 1 and not inc.more
+            gpu = self.topo.gpu_id(inc.node, blamed[0]) if one and inc.node else None
+            return [self._cmd(inc, action, now, Target(job=inc.job, node=inc.node, gpu=gpu), {
                 "kind": TICKET_KIND.get(inc.category, "investigate"),
                 "category": inc.category,
-                "gpus": [self.topo.gpu_id(node, i) for i in gpus] if node else [],
+                "nodes": [n for n, _ in inc.hardware()],
+                "gpus": [self.topo.gpu_id(n, i) for n, g in inc.hardware() for i in sorted(g)],
                 "summary": inc.summary,
             })]
         if action == "notify":

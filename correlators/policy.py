@@ -34,12 +34,14 @@ class Timing(_Strict):
     settle_s: float = 30
     max_settle_s: float = 90
     hardware_lookback_s: float = 120
-    confirm_window_s: float = 10
+    confirm_window_s: float = 120
     power_window_s: float = 60
     silence_min_s: float = 60
     silence_factor: float = 3
     rack_window_s: float = 120
+    bmc_wait_s: float = 60
     verify_timeout_s: float = 1800
+    reopen_within_s: float = 21600
     progress_steps: int = 10
     progress_throughput: float = 0.7
 
@@ -47,7 +49,8 @@ class Timing(_Strict):
 class Thresholds(_Strict):
     temperature_c: float = 85
     temperature_sustain_s: float = 300
-    thermal_reasons: list[str] = Field(default_factory=lambda: ["HW_THERMAL_SLOWDOWN", "HW_SLOWDOWN"])
+    thermal_reasons: list[str] = Field(
+        default_factory=lambda: ["HW_THERMAL_SLOWDOWN", "HW_SLOWDOWN", "SW_THERMAL_SLOWDOWN"])
     ecc_window_s: float = 259200
     ecc_min_signals: int = 4
     ecc_rising: bool = True

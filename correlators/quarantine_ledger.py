@@ -39,5 +39,11 @@ class QuarantineLedger:
         else:
             self.gpus.pop((node, index), None)
 
+    def fenced_by(self, node: str, index: int | None = None) -> str | None:
+        """The incident that fenced this GPU (or, without ``index``, this node), if any."""
+        fence = self.gpus.get((node, index)) if index is not None else None
+        fence = fence or self.nodes.get(node)
+        return fence.incident if fence else None
+
     def is_fenced(self, node: str, index: int | None = None) -> bool:
         return node in self.nodes or (index is not None and (node, index) in self.gpus)

@@ -7,6 +7,7 @@ job. This is the join between the two, built from inventory and scheduler events
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from streams.events import GpuRef, Inventory, JobStarted
 
@@ -41,6 +42,7 @@ class Job:
     spec: JobStarted
     starts: int = 1
     running: bool = True
+    ended: tuple[datetime, str] | None = None  # (when, finished/failed/cancelled)
     # (node, gpu index) -> global rank, and back
     rank_of: dict[tuple[str, int], int] = field(default_factory=dict)
     place_of: dict[int, tuple[str, int]] = field(default_factory=dict)
@@ -119,6 +121,11 @@ class Topology:
             elif index is not None and (node, index) in j.rank_of:
                 out.append(j)
         return out
+
+    def jobs_on(self, node: str, index: int | None = None) -> list[Job]:
+        """Jobs whose latest allocation holds ``node`` (and GPU ``index`` when given), running or not."""
+        return [j for j in self.jobs.values()
+                if (node in j.nodes if index is None else (node, index) in j.rank_of)]
 
     def power_domain_peers(self, node: str, index: int) -> list[int]:
         dom = self.gpu(node, index).power_domain

@@ -4,32 +4,33 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from correlators.attribution import exit_category
 from correlators.findings import Finding
+from correlators.recovery import Recovery
 from streams import events as ev
-
-if TYPE_CHECKING:
-    from correlators.engine import Correlator
 
 __all__ = ["TrainingRules"]
 
+# Signals a process dies of by its own fault (native code crashed); SIGTERM, SIGKILL and SIGABRT
+# are how a launcher or the NCCL watchdog tears the others down: consequences, not causes.
+CRASH_SIGNALS = {4: "SIGILL", 7: "SIGBUS", 8: "SIGFPE", 11: "SIGSEGV"}
 
-class TrainingRules:
+
+class TrainingRules(Recovery):
     """Handlers mixed into :class:`~correlators.engine.Correlator` for job-level sources."""
 
     # --- collectives and crashes ------------------------------------------------------
-    def _on_nccl_timeout(self: Correlator, e: ev.Event, b: ev.NcclTimeout) -> None:
+    def _on_nccl_timeout(self, e: ev.Event, b: ev.NcclTimeout) -> None:
         self._collective(e, None)
 
-    def _on_nccl_progress(self: Correlator, e: ev.Event, b: ev.NcclProgress) -> None:
+    def _on_nccl_progress(self, e: ev.Event, b: ev.NcclProgress) -> None:
         self._collective(e, b.last_enqueued)
 
-    def _on_nccl_error(self: Correlator, e: ev.Event, b: ev.NcclError) -> None:
+    def _on_nccl_error(self, e: ev.Event, b: ev.NcclError) -> None:
         self._collective(e, None)
 
-    def _collective(self: Correlator, e: ev.Event, last_enqueued: int | None) -> None:
+    def _collective(self, e: ev.Event, last_enqueued: int | None) -> None:
         if not e.job:
             return
         inc = self._failure(e.job, Finding("network_timeout", e.ts, None, reason="collective timed out",
@@ -46,43 +47,46 @@ class TrainingRules:
                 inc.summary = f"collective timeout; rank(s) {ranks} never arrived" if ranks else inc.summary
                 self._emit(inc, e.ts)
 
-    def _on_cuda_oom(self: Correlator, e: ev.Event, b: ev.CudaOom) -> None:
+    def _on_cuda_oom(self, e: ev.Event, b: ev.CudaOom) -> None:
         self._crash(e, "cuda_oom", f"CUDA out of memory on rank {e.rank}")
 
-    def _on_cuda_error(self: Correlator, e: ev.Event, b: ev.CudaError) -> None:
+    def _on_cuda_error(self, e: ev.Event, b: ev.CudaError) -> None:
         self._crash(e, "software_crash", f"CUDA error on rank {e.rank}: {b.error}")
 
-    def _on_app_error(self: Correlator, e: ev.Event, b: ev.AppError) -> None:
+    def _on_app_error(self, e: ev.Event, b: ev.AppError) -> None:
         self._crash(e, "software_crash", f"rank {e.rank} raised {b.exception}")
 
-    def _on_worker_exit(self: Correlator, e: ev.Event, b: ev.WorkerExit) -> None:
+    def _on_worker_exit(self, e: ev.Event, b: ev.WorkerExit) -> None:
         if not e.job:
             return
         if b.exitcode > 0:
-            self._crash(e, "software_crash", f"rank {e.rank} exited with code {b.exitcode}")
+            why = f": {b.error.splitlines()[0][:200]}" if b.error else ""
+            self._crash(e, "software_crash", f"rank {e.rank} exited with code {b.exitcode}{why}")
         elif b.exitcode == -9 and e.node and self._near(self.host_oom.get(e.node), e.ts):
             self._crash(e, "software_crash", f"rank {e.rank} killed by the host OOM killer")
+        elif -b.exitcode in CRASH_SIGNALS:
+            self._crash(e, "software_crash", f"rank {e.rank} died of {b.signal or CRASH_SIGNALS[-b.exitcode]}")
         elif (inc := self.failure.get(e.job)) is not None:
             inc.add_evidence(e.id)  # killed by a signal: a consequence, not a cause
 
-    def _crash(self: Correlator, e: ev.Event, category: str, reason: str) -> None:
+    def _crash(self, e: ev.Event, category: str, reason: str) -> None:
         if not e.job:
             return
         node, gpus = self._rank_place(e.job, e.rank, e.node)
         self._failure(e.job, Finding(exit_category(category) or category, e.ts, node, gpus, reason, e.id))
 
-    def _rank_place(self: Correlator, job: str, rank: int | None, node: str | None) -> tuple[str | None, list[int]]:
+    def _rank_place(self, job: str, rank: int | None, node: str | None) -> tuple[str | None, list[int]]:
         j = self.topo.jobs.get(job)
         if j is not None and rank is not None and rank in j.place_of:
             n, g = j.place_of[rank]
             return n, [g]
         return node, []
 
-    def _near(self: Correlator, then: datetime | None, now: datetime) -> bool:
+    def _near(self, then: datetime | None, now: datetime) -> bool:
         return then is not None and abs((now - then).total_seconds()) <= self.p.timing.hardware_lookback_s
 
     # --- the trainer's own reports ------------------------------------------------------
-    def _on_train_step(self: Correlator, e: ev.Event, b: ev.TrainStep) -> None:
+    def _on_train_step(self, e: ev.Event, b: ev.TrainStep) -> None:
         if not e.job:
             return
         t = self.p.thresholds
@@ -98,7 +102,7 @@ class TrainingRules:
                         + timedelta(seconds=max(t.hang_min_s, t.hang_factor * gap)))
         self._check_progress(e.job, e.ts)
 
-    def _timer_hang(self: Correlator, key: tuple, due: datetime) -> None:
+    def _timer_hang(self, key: tuple, due: datetime) -> None:
         job = self.topo.jobs.get(key[0])
         inc = self.failure.get(key[0])
         if job is None or not job.running or (inc is not None and inc.state not in ("resolved", "closed")):
@@ -109,7 +113,7 @@ class TrainingRules:
         self._failure(job.name, Finding("training_hang", due, None,
                                         reason=f"no training step since {last.isoformat() if last else '?'}"))
 
-    def _on_checkpoint_saved(self: Correlator, e: ev.Event, b: ev.CheckpointSaved) -> None:
+    def _on_checkpoint_saved(self, e: ev.Event, b: ev.CheckpointSaved) -> None:
         if not e.job:
             return
         self.progress[e.job].on_checkpoint_saved(e.ts, b.step, b.path)
@@ -119,25 +123,25 @@ class TrainingRules:
                 self._set_state(inc, "resolved", e.ts)
         self._arm_stale(e.job, e.ts)
 
-    def _on_checkpoint_failed(self: Correlator, e: ev.Event, b: ev.CheckpointFailed) -> None:
+    def _on_checkpoint_failed(self, e: ev.Event, b: ev.CheckpointFailed) -> None:
         if not e.job:
             return
         self.progress[e.job].checkpoint_failures += 1
         self._condition(e.job, None, "checkpoint_failure", [], e.ts,
                         f"checkpoint write failed at step {b.step}: {b.error[:200]}", e.id)
 
-    def _on_checkpoint_loaded(self: Correlator, e: ev.Event, b: ev.CheckpointLoaded) -> None:
+    def _on_checkpoint_loaded(self, e: ev.Event, b: ev.CheckpointLoaded) -> None:
         inc = self.failure.get(e.job or "")
         if inc is not None and inc.state == "verifying" and b.step is not None:
             inc.restored_step = b.step
 
-    def _arm_stale(self: Correlator, job: str, now: datetime) -> None:
+    def _arm_stale(self, job: str, now: datetime) -> None:
         j = self.topo.jobs.get(job)
         interval = j.spec.checkpoint.interval_s if j and j.spec.checkpoint else None
         if interval:
             self.timers.arm_after("stale", (job,), now, self.p.thresholds.checkpoint_stale_factor * interval)
 
-    def _timer_stale(self: Correlator, key: tuple, due: datetime) -> None:
+    def _timer_stale(self, key: tuple, due: datetime) -> None:
         job = self.topo.jobs.get(key[0])
         if job is None or not job.running:
             return

@@ -54,13 +54,15 @@ class CorrelatorWorker:
 
     def __init__(self, settings: Settings, bootstrap: str, namespace: str) -> None:
         env = {**os.environ, "FAULTLINE_KAFKA": bootstrap, "FAULTLINE_NAMESPACE": namespace,
-               "FAULTLINE_DATA_DIR": str(settings.data_dir)}
+               "FAULTLINE_DATA_DIR": str(settings.data_dir), "PYTHONUNBUFFERED": "1",
+               "FAULTLINE_LIVE_CLOCK": "true" if settings.live_clock else "false"}
         if settings.policy:
             env["FAULTLINE_POLICY"] = str(settings.policy)
         logdir = settings.data_dir / "logs"
         logdir.mkdir(parents=True, exist_ok=True)
         self.log_path = logdir / f"worker-{namespace}.log"
-        self._log = self.log_path.open("wb")
+        self._start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._log = self.log_path.open("ab")  # a restarted worker appends to its namespace's log
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "correlators.app", "worker", "-l", "warn", "--without-web"],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -69,9 +71,15 @@ class CorrelatorWorker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def log_text(self) -> str:
+        """What this worker (not an earlier one of the same namespace) has logged."""
+        with self.log_path.open("rb") as f:
+            f.seek(self._start)
+            return f.read().decode(errors="replace")
+
     def crashed(self) -> bool:
         """Faust logs an agent's crash and keeps the process up; we treat it as fatal."""
-        return "Crashed reason=" in self.log_path.read_text(errors="replace")
+        return "Crashed reason=" in self.log_text()
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.alive():
@@ -84,8 +92,7 @@ class CorrelatorWorker:
         self._log.close()
 
     def tail(self, n: int = 30) -> str:
-        lines = self.log_path.read_text(errors="replace").splitlines()
-        return "\n".join(lines[-n:])
+        return "\n".join(self.log_text().splitlines()[-n:])
 
 
 @dataclass

@@ -6,8 +6,10 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from faultline.outcome import collate, decide_offline
 from faultline.pipeline import CorrelatorWorker, collect, end_marker, publish_capture, wait_for_end
@@ -21,6 +23,14 @@ SCENARIO = Path(__file__).resolve().parents[3] / "shared" / "scenarios" / "xid79
 
 pytestmark = [pytest.mark.broker,
               pytest.mark.skipif(not SCENARIO.is_file(), reason="shared scenarios not present")]
+
+
+def _committed(conf: dict[str, Any], group: str, topic: str) -> int:
+    c = Consumer({**conf, "group.id": group, "enable.auto.commit": False})
+    try:
+        return c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
+    finally:
+        c.close()
 
 
 def test_sigkill_mid_stream_then_restart_gives_the_same_decisions(kafka_bootstrap: str, tmp_path: Path,
@@ -37,7 +47,9 @@ def test_sigkill_mid_stream_then_restart_gives_the_same_decisions(kafka_bootstra
 
         first = CorrelatorWorker(settings, kafka_bootstrap, ns)
         deadline = time.monotonic() + 90
-        while not list(read_topic(conf, topic_name(ns, "incidents"), timeout=5)):
+        # Kill it once it has published decisions and committed some progress, so the next one must rebuild.
+        while not (list(read_topic(conf, topic_name(ns, "incidents"), timeout=5))
+                   and _committed(conf, f"faultline-correlator.{ns}", topic_name(ns, "events")) > 0):
             assert time.monotonic() < deadline and first.alive(), first.tail()
             time.sleep(0.2)
         os.killpg(first.proc.pid, signal.SIGKILL)  # mid-stream: the incident is open, decisions pending
@@ -51,7 +63,7 @@ def test_sigkill_mid_stream_then_restart_gives_the_same_decisions(kafka_bootstra
             wait_for_end(conf, ns, second, timeout=120)
         finally:
             second.stop()
-        assert "rebuilt state from" in second.log_path.read_text()
+        assert "rebuilt state from" in second.log_text()
 
         incidents, commands = collect(conf, ns)
         got = collate(incidents, commands)

@@ -1,0 +1,1 @@
+"""Correlators: typed events in, incidents and commands out (see engine.py)."""

@@ -1,0 +1,156 @@
+"""The policy file: loaded, validated with clear errors, and a user's file merged over it changes decisions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from builder import Capture
+from pydantic import ValidationError
+from scenario_book import SCENARIOS
+
+from correlators.policy import DEFAULT_POLICY, Policy, RestartLimits, Thresholds, Timing, load_policy
+from faultline.outcome import decide_offline
+from streams.decisions import CATEGORIES
+
+
+def _user(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "policy.yaml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def _decide(name: str, policy: str | None = None) -> tuple[dict[str, Any], Capture]:
+    cap, _ = SCENARIOS[name]()
+    return decide_offline(cap.lines(), policy), cap
+
+
+def _types(out: dict[str, Any], job: str | None = None) -> list[str]:
+    return [c["type"] for c in out["commands"] if job is None or c["target"]["job"] == job]
+
+
+def _ts(s: str) -> datetime:
+    return datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+
+# --- loading and validation ---------------------------------------------------------------
+def test_default_policy_loads_and_covers_every_category() -> None:
+    p = load_policy()
+    assert set(p.categories) == set(CATEGORIES)
+    assert all(c == "software" or c in CATEGORIES for c in p.xid.values())
+    assert p.xid[79] == "gpu_off_bus" and 63 in p.xid_needs_pending_remap
+
+
+def test_code_defaults_agree_with_the_shipped_file() -> None:
+    """A key missing from the file falls back to the model's default: both must say the same."""
+    data = yaml.safe_load(DEFAULT_POLICY.read_text(encoding="utf-8"))
+    assert Timing(**data["timing"]) == Timing()
+    assert Thresholds(**data["thresholds"]) == Thresholds()
+    assert RestartLimits(**data["restarts"]) == RestartLimits()
+
+
+def test_unknown_category_is_a_clear_error(tmp_path: Path) -> None:
+    path = _user(tmp_path, "categories:\n  gpu_on_fire: {severity: page, actions: [notify]}\n")
+    with pytest.raises(ValidationError, match="unknown.*gpu_on_fire"):
+        load_policy(path)
+
+
+def test_xid_to_unknown_category_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="xid: unknown categories"):
+        load_policy(_user(tmp_path, "xid:\n  79: gpu_gone\n"))
+
+
+@pytest.mark.parametrize("text, match", [
+    ("categories:\n  cuda_oom: {severity: info, actions: [reformat_disk]}\n", "reformat_disk|literal_error|Input should be"),
+    ("categories:\n  cuda_oom: {severity: urgent}\n", "severity"),
+    ("timing:\n  settle_seconds: 5\n", "settle_seconds"),
+    ("restart_policy: {}\n", "restart_policy"),
+])
+def test_bad_values_and_unknown_keys_are_refused(tmp_path: Path, text: str, match: str) -> None:
+    with pytest.raises(ValidationError, match=match):
+        load_policy(_user(tmp_path, text))
+
+
+def test_a_file_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="mapping"):
+        load_policy(_user(tmp_path, "- just\n- a list\n"))
+
+
+def test_user_file_merges_key_by_key(tmp_path: Path) -> None:
+    p = load_policy(_user(tmp_path, "categories:\n  cuda_oom: {actions: [notify, restart_job]}\n"
+                                    "timing:\n  settle_s: 120\n"))
+    assert p.rule("cuda_oom").severity == "info"  # kept from the defaults
+    assert p.rule("cuda_oom").actions == ["notify", "restart_job"]
+    assert p.timing.settle_s == 120 and p.timing.max_settle_s == Timing().max_settle_s
+    assert p.rule("gpu_off_bus") == load_policy().rule("gpu_off_bus")
+    assert isinstance(p, Policy)
+
+
+# --- a user's policy changes decisions --------------------------------------------------------
+def test_cuda_oom_restarts_when_the_policy_says_so(tmp_path: Path) -> None:
+    plain, _ = _decide("cuda_oom_config_not_hardware")
+    assert "restart_job" not in _types(plain)
+    out, _ = _decide("cuda_oom_config_not_hardware",
+                     _user(tmp_path, "categories:\n  cuda_oom: {actions: [notify, restart_job]}\n"))
+    assert "restart_job" in _types(out, "sft")
+
+
+def test_xid79_mapped_to_another_category(tmp_path: Path) -> None:
+    """A site that treats XID 79 as a firmware hang: its category and actions follow."""
+    out, _ = _decide("xid79_fixed_job", _user(tmp_path, "xid:\n  79: gpu_firmware_fault\n"))
+    assert [i["category"] for i in out["incidents"]] == ["gpu_firmware_fault"]
+    resets = [c for c in out["commands"] if c["type"] == "reset_gpu"]
+    assert resets and all(c["requires_approval"] for c in resets)
+
+
+def test_gpu_off_bus_action_list_replaced(tmp_path: Path) -> None:
+    """Fence and tell, but let the owner restart: no restart_job, a notify instead."""
+    out, _ = _decide("xid79_fixed_job", _user(
+        tmp_path, "categories:\n  gpu_off_bus: {actions: [quarantine_gpu, open_ticket, notify]}\n"))
+    types = _types(out)
+    assert "restart_job" not in types and "notify" in types and "quarantine_gpu" in types
+
+
+def test_settle_time_moves_the_restart(tmp_path: Path) -> None:
+    plain, _ = _decide("xid79_fixed_job")
+    slow, _ = _decide("xid79_fixed_job", _user(tmp_path, "timing:\n  settle_s: 200\n  max_settle_s: 400\n"))
+
+    def gap(out: dict[str, Any]) -> float:
+        fault = _ts(out["incidents"][0]["opened_at"])
+        return (_ts(next(c for c in out["commands"] if c["type"] == "restart_job")["issued_at"]) - fault).total_seconds()
+
+    assert gap(plain) == pytest.approx(30, abs=1)
+    assert gap(slow) == pytest.approx(200, abs=1)
+
+
+def test_temperature_limit_is_the_policys(tmp_path: Path) -> None:
+    plain, _ = _decide("thermal_sustained")
+    assert [i["category"] for i in plain["incidents"]] == ["gpu_thermal"]
+    relaxed, _ = _decide("thermal_sustained", _user(tmp_path, "thresholds:\n  temperature_c: 95\n"))
+    assert relaxed["incidents"] == []
+
+
+def test_unknown_cause_restarts_need_approval_from_the_first(tmp_path: Path) -> None:
+    out, _ = _decide("python_exception_crash", _user(tmp_path, "unknown_cause_auto_restarts: 0\n"))
+    restarts = [c for c in out["commands"] if c["type"] == "restart_job"]
+    assert restarts and all(c["requires_approval"] for c in restarts)
+
+
+def test_restart_rate_limit_is_the_policys(tmp_path: Path) -> None:
+    out, _ = _decide("recovery_storm_staggered", _user(tmp_path, "restarts:\n  burst: 3\n  per_s: 120\n"))
+    times = sorted(_ts(c["issued_at"]) for c in out["commands"] if c["type"] == "restart_job")
+    assert len(times) == 12
+    for k, t in enumerate(times):
+        assert sum(1 for u in times[k:] if (u - t).total_seconds() < 120) <= 3
+    assert (times[-1] - times[0]).total_seconds() >= 3 * 120
+
+
+def test_reopen_window_is_the_policys(tmp_path: Path) -> None:
+    """With no reopen window a restart loop becomes one incident per failure."""
+    plain, _ = _decide("software_crash_loop_needs_approval")
+    assert [i["category"] for i in plain["incidents"]] == ["software_crash"]
+    split, _ = _decide("software_crash_loop_needs_approval", _user(tmp_path, "timing:\n  reopen_within_s: 0\n"))
+    assert [i["category"] for i in split["incidents"]] == ["software_crash", "software_crash"]
