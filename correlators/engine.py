@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from correlators.attribution import silence_category
 from correlators.findings import FAILURE_CATEGORIES, Finding
+from correlators.operator_actions import operator_commands
 from correlators.state import Decision
 from correlators.topology import Job
 from correlators.training_rules import TrainingRules
@@ -110,6 +111,9 @@ class Correlator(TrainingRules):
         else:
             for inc in self._open_for_job(job.name):
                 self._set_state(inc, "closed", e.ts)
+
+    def _on_operator_action(self, e: ev.Event, b: ev.OperatorAction) -> None:
+        self._out.extend(operator_commands(e, b, self.topo, self.ledger))
 
     def _on_node_state(self, e: ev.Event, b: ev.NodeState) -> None:
         return None  # recorded in the archive; silence and the BMC decide

@@ -29,6 +29,8 @@ EXAMPLES = {
     "deny": "faultline deny cmd-3f2a9c41 --by alice --reason 'the RMA visit tomorrow replaces the board'",
     "topics": "FAULTLINE_KAFKA=kafka:9092 faultline topics apply --dry-run",
     "sink": "FAULTLINE_ARCHIVE=http://clickhouse:8123 faultline sink run",
+    "quarantine": "faultline quarantine n03:2 --reason 'XID 48 twice this week' --by alice",
+    "release": "faultline release n03:GPU-e40650f3-142a-c640-c614-51c2be1a1ec0 --validated-by 'dcgmi diag -r 3 passed' --by bob",
 }
 
 
@@ -68,6 +70,17 @@ def _parser() -> argparse.ArgumentParser:
     tl.add_argument("job")
     tl.add_argument("--json", action="store_true")
     tl.add_argument("--html", type=Path, help="write one HTML page per incident: FILE, FILE-2, ...")
+
+    q = add("quarantine", "Take a GPU (NODE:INDEX or NODE:UUID) or a whole NODE out of service by hand.")
+    q.add_argument("hardware", help="NODE, NODE:INDEX or NODE:UUID")
+    q.add_argument("--reason", required=True)
+    q.add_argument("--by", default=None, help="who (default: $USER)")
+
+    rl = add("release", "Return a GPU or NODE to service; only with a passing validation recorded.")
+    rl.add_argument("hardware", help="NODE, NODE:INDEX or NODE:UUID")
+    rl.add_argument("--validated-by", required=True, help="what validated it, e.g. 'dcgmi diag -r 3 passed'")
+    rl.add_argument("--by", default=None, help="who (default: $USER)")
+    rl.add_argument("--reason", default="")
 
     sk = add("sink", "Archive the namespace's topics into ClickHouse until stopped (SIGTERM).")
     sk.add_argument("action", choices=["run"])
@@ -148,6 +161,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return _broker(args.action, settings)
     if args.cmd in ("status", "incident", "timeline"):
         return _operator_view(args, settings)
+    if args.cmd in ("quarantine", "release"):
+        return _operator_action(args, settings)
     if args.cmd == "sink":
         return _sink(settings)
     if args.cmd == "bench":
@@ -298,6 +313,32 @@ def _operator_view(args: argparse.Namespace, settings: Settings) -> int:
             path = args.html if n == 0 else args.html.with_name(f"{args.html.stem}-{n + 1}{args.html.suffix}")
             path.write_text(render_timeline(story["incident"], story["timeline"]), encoding="utf-8")
             print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _operator_action(args: argparse.Namespace, settings: Settings) -> int:
+    import getpass
+    import uuid
+    from datetime import UTC, datetime
+
+    from faultline.pipeline import ensure_broker
+    from producers.delivery import EventPublisher
+    from streams.events import Event, GpuRef, OperatorAction
+
+    node, _, gpu = args.hardware.partition(":")
+    ref = (GpuRef(index=int(gpu)) if gpu.isdigit() else GpuRef(uuid=gpu)) if gpu else None
+    action = "cordon_node" if args.cmd == "quarantine" and ref is None else (
+        "quarantine_gpu" if args.cmd == "quarantine" else "release_gpu")
+    by = args.by or getpass.getuser()
+    body = OperatorAction(action=action, gpu=ref, by=by, reason=args.reason,
+                          validated_by=getattr(args, "validated_by", None))
+    bootstrap = ensure_broker(settings)
+    pub = EventPublisher(settings.kafka_config(bootstrap), settings.namespace)
+    pub.publish([Event(id=f"operator-{uuid.uuid4().hex}", ts=datetime.now(UTC), source="operator", node=node,
+                       body=body)])
+    pub.flush()
+    print(f"{action} {args.hardware} by {by} sent to {settings.namespace}.events; the correlator records it "
+          f"and issues the command (see `faultline status`)")
     return 0
 
 

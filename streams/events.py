@@ -49,6 +49,7 @@ __all__ = [
     "CheckpointLoaded",
     "TrainerHeartbeat",
     "EndOfCapture",
+    "OperatorAction",
     "Body",
     "Event",
 ]
@@ -302,6 +303,24 @@ class TrainerHeartbeat(_Model):
     kind: Literal["trainer_heartbeat"] = "trainer_heartbeat"
 
 
+# --- people ------------------------------------------------------------------------------------
+
+
+class OperatorAction(_Model):
+    """A person's action on hardware (`faultline quarantine` / `faultline release`), with who and why.
+
+    ``release_gpu`` returns hardware to service and needs ``validated_by`` (who or what validated it);
+    without ``gpu`` it releases the whole node (its cordon and its GPUs).
+    """
+
+    kind: Literal["operator_action"] = "operator_action"
+    action: Literal["quarantine_gpu", "cordon_node", "release_gpu"]
+    gpu: GpuRef | None = None
+    by: str
+    reason: str = ""
+    validated_by: str | None = None
+
+
 # --- control -------------------------------------------------------------------------------
 
 
@@ -341,7 +360,8 @@ Body = Annotated[
     | CheckpointFailed
     | CheckpointLoaded
     | TrainerHeartbeat
-    | EndOfCapture,
+    | EndOfCapture
+    | OperatorAction,
     Field(discriminator="kind"),
 ]
 

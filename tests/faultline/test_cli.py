@@ -69,3 +69,38 @@ def test_sink_run_archives_until_sigterm(kafka_bootstrap: str, tmp_path: Path, u
         delete_namespace_topics(conf, unique_name)
     with Archive.open(settings.archive_url) as archive:
         assert archive.count("events") == 20
+
+
+@pytest.mark.broker
+def test_quarantine_and_release_reach_the_correlator(kafka_bootstrap: str, tmp_path: Path, unique_name: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from faultline.pipeline import CorrelatorWorker
+    from faultline.topic_io import read_topic
+    from streams.decisions import Command
+    from streams.events import GpuInfo, Inventory
+    from streams.topics import topic_name
+
+    settings = Settings(kafka=kafka_bootstrap, namespace=unique_name, data_dir=tmp_path)
+    conf = settings.kafka_config(kafka_bootstrap)
+    create_namespace_topics(conf, unique_name, partitions=1)
+    monkeypatch.setenv("FAULTLINE_KAFKA", kafka_bootstrap)
+    monkeypatch.setenv("FAULTLINE_NAMESPACE", unique_name)
+    pub = EventPublisher(conf, unique_name)
+    pub.publish([Event(id="inv", ts=datetime.now(UTC), source="inventory", node="n1",
+                       body=Inventory(gpus=[GpuInfo(index=0, uuid="GPU-a")]))])
+    pub.flush()
+    worker = CorrelatorWorker(settings, kafka_bootstrap, unique_name)
+    try:
+        assert main(["quarantine", "n1:0", "--reason", "burn-in errors", "--by", "alice"]) == 0
+        assert main(["release", "n1:GPU-a", "--validated-by", "dcgmi diag -r 3", "--by", "bob"]) == 0
+        deadline = time.monotonic() + 90
+        types: list[str] = []
+        while types != ["quarantine_gpu", "release_gpu"] and time.monotonic() < deadline:
+            assert worker.alive(), worker.tail()
+            types = [Command.model_validate_json(v).type
+                     for v in read_topic(conf, topic_name(unique_name, "commands"), timeout=10)]
+            time.sleep(0.5)
+        assert types == ["quarantine_gpu", "release_gpu"]
+    finally:
+        worker.stop()
+        delete_namespace_topics(conf, unique_name)

@@ -49,6 +49,7 @@ BODIES: list[ev.Body] = [
     ev.CheckpointLoaded(step=600),
     ev.TrainerHeartbeat(),
     ev.EndOfCapture(lines=10),
+    ev.OperatorAction(action="release_gpu", gpu=GPU, by="alice", validated_by="dcgmi diag -r 3"),
 ]
 
 

@@ -1,0 +1,60 @@
+"""People's actions on hardware: manual quarantine or cordon, and release after validation.
+
+They arrive as ``operator_action`` events (from ``faultline quarantine`` and
+``faultline release``) and are honoured like the correlator's own decisions:
+the ledger is updated and a command carries the action out. A release without
+a recorded validation is refused: hardware stays out until it is validated.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from correlators.incident_state import stable_id
+from correlators.quarantine_ledger import Fence, QuarantineLedger
+from correlators.topology import Topology
+from streams.decisions import Command, Target
+from streams.events import Event, OperatorAction
+
+__all__ = ["operator_commands"]
+
+log = logging.getLogger("faultline.correlator")
+
+
+def _command(ctype: str, incident: str, now: datetime, target: Target, a: OperatorAction, event_id: str) -> Command:
+    return Command(id=stable_id("cmd", incident, ctype, target.node, target.gpu, event_id), incident=incident,
+                   type=ctype, target=target, issued_at=now,  # type: ignore[arg-type]
+                   params={"by": a.by, "reason": a.reason, "validated_by": a.validated_by},
+                   reason=f"{a.by}: {a.reason}".strip(": "))
+
+
+def operator_commands(e: Event, a: OperatorAction, topo: Topology, ledger: QuarantineLedger) -> list[Command]:
+    """The commands one operator action calls for (none when it changes nothing or is refused)."""
+    node = e.node
+    if node is None:
+        return []
+    idx = topo.resolve(node, a.gpu) if a.gpu else None
+    gpu_id = topo.gpu_id(node, idx) if idx is not None else None
+    manual = stable_id("manual", e.id)
+    if a.action == "quarantine_gpu" and idx is not None:
+        if not ledger.quarantine(node, idx, Fence(e.ts, manual, f"manual: {a.reason}")):
+            return []
+        return [_command("quarantine_gpu", manual, e.ts, Target(node=node, gpu=gpu_id), a, e.id)]
+    if a.action == "cordon_node":
+        if not ledger.cordon(node, Fence(e.ts, manual, f"manual: {a.reason}")):
+            return []
+        return [_command("cordon_node", manual, e.ts, Target(node=node), a, e.id)]
+    if a.action == "release_gpu":
+        if not a.validated_by:
+            log.warning("release of %s %s refused: no validation recorded", node, gpu_id or "")
+            return []
+        fenced_by = ledger.fenced_by(node, idx)
+        if fenced_by is None:
+            return []
+        if idx is None:
+            for n, i in [k for k in ledger.gpus if k[0] == node]:
+                ledger.release(n, i)
+        ledger.release(node, idx)
+        return [_command("release_gpu", fenced_by, e.ts, Target(node=node, gpu=gpu_id), a, e.id)]
+    return []

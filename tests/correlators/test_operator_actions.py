@@ -1,0 +1,63 @@
+"""People's quarantines and releases: honoured like the correlator's own, and releases need a validation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from correlators.engine import Correlator
+from correlators.policy import load_policy
+from streams.decisions import Command
+from streams.events import Event, GpuInfo, GpuRef, Inventory, OperatorAction, Xid
+
+T = datetime(2026, 4, 22, 3, 0, tzinfo=UTC)
+
+
+def _ev(n: int, body: object, node: str = "n1", seconds: float = 0) -> Event:
+    return Event(id=f"e{n}", ts=T + timedelta(seconds=seconds), source="test", node=node, body=body)  # type: ignore[arg-type]
+
+
+def _engine() -> Correlator:
+    c = Correlator(load_policy())
+    c.process(_ev(0, Inventory(rack="r1", gpus=[GpuInfo(index=i, uuid=f"GPU-{i}", pci=f"{0x18 + i:02x}:00")
+                                                for i in range(2)])))
+    return c
+
+
+def _commands(decisions: list[object]) -> list[Command]:
+    return [d for d in decisions if isinstance(d, Command)]
+
+
+def test_manual_quarantine_issues_a_command_once() -> None:
+    c = _engine()
+    act = OperatorAction(action="quarantine_gpu", gpu=GpuRef(index=1), by="alice", reason="flaky in burn-in")
+    cmds = _commands(c.process(_ev(1, act, seconds=1)))
+    assert [(k.type, k.target.gpu, k.params["by"]) for k in cmds] == [("quarantine_gpu", "GPU-1", "alice")]
+    assert _commands(c.process(_ev(2, act, seconds=2))) == []  # already quarantined
+    assert c.ledger.is_fenced("n1", 1)
+
+
+def test_release_needs_a_validation_and_answers_the_fencing_incident() -> None:
+    c = _engine()
+    c.process(_ev(1, Xid(code=79, gpu=GpuRef(pci="18:00")), seconds=1))
+    c.process(_ev(2, Inventory(rack="r1", gpus=[GpuInfo(index=0, uuid="GPU-0", pci="18:00")]), seconds=5))
+    assert c.ledger.is_fenced("n1", 0)
+    fenced_by = c.ledger.fenced_by("n1", 0)
+    refused = OperatorAction(action="release_gpu", gpu=GpuRef(uuid="GPU-0"), by="bob")
+    assert _commands(c.process(_ev(3, refused, seconds=10))) == []
+    assert c.ledger.is_fenced("n1", 0)
+    ok = OperatorAction(action="release_gpu", gpu=GpuRef(uuid="GPU-0"), by="bob", validated_by="dcgmi diag -r 3")
+    cmds = _commands(c.process(_ev(4, ok, seconds=20)))
+    assert [(k.type, k.target.gpu, k.incident, k.params["validated_by"]) for k in cmds] == \
+           [("release_gpu", "GPU-0", fenced_by, "dcgmi diag -r 3")]
+    assert not c.ledger.is_fenced("n1", 0)
+
+
+def test_releasing_a_node_lifts_its_cordon_and_its_gpus() -> None:
+    c = _engine()
+    c.process(_ev(1, OperatorAction(action="cordon_node", by="alice", reason="PSU swap"), seconds=1))
+    c.process(_ev(2, OperatorAction(action="quarantine_gpu", gpu=GpuRef(index=0), by="alice"), seconds=2))
+    assert c.ledger.is_fenced("n1")
+    cmds = _commands(c.process(_ev(3, OperatorAction(action="release_gpu", by="alice", validated_by="burn-in"),
+                                   seconds=3)))
+    assert [k.type for k in cmds] == ["release_gpu"]
+    assert not c.ledger.is_fenced("n1") and not c.ledger.gpus

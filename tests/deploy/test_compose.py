@@ -1,0 +1,173 @@
+"""The Docker Compose deployment and the image build file.
+
+``docker compose config`` checks the file without an engine (none runs here). Compose is the
+docker CLI's plugin; where the machine has none, ``deploy/local/setup.sh`` builds one into
+``.tools/bin`` and points a project-local ``DOCKER_CONFIG`` (``.tools/docker``) at it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE = REPO / "deploy" / "compose" / "compose.yaml"
+ENV_EXAMPLE = REPO / "deploy" / "compose" / ".env.example"
+DOCKERFILE = REPO / "deploy" / "docker" / "Dockerfile"
+FAULTLINE_SERVICES = ("topics", "correlator", "sink", "executor", "executor-slurm", "agent", "agent-gpu")
+METRICS_PORTS = {"agent": 9464, "correlator": 9465, "sink": 9466, "executor": 9467}  # sinks/metrics.py
+
+
+@functools.cache
+def _compose() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | str:
+    """The compose command and extra environment, or why there is none."""
+    docker = shutil.which("docker")
+    if docker is None:
+        return "the docker CLI is not installed"
+    candidates: list[dict[str, str]] = [{}]
+    local = REPO / ".tools" / "docker"
+    if (local / "config.json").is_file():
+        candidates.append({"DOCKER_CONFIG": str(local)})
+    for extra in candidates:
+        done = subprocess.run([docker, "compose", "version"], capture_output=True, text=True, timeout=30,
+                              env={**os.environ, **extra})
+        if done.returncode == 0:
+            return (docker, "compose"), tuple(extra.items())
+    return "the docker CLI has no compose plugin, and deploy/local/setup.sh has not built one into .tools/bin"
+
+
+def _run(*args: str, env_file: Path = ENV_EXAMPLE) -> subprocess.CompletedProcess[str]:
+    found = _compose()
+    if isinstance(found, str):
+        pytest.skip(found)
+    command, extra = found
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAULTLINE_", "CLICKHOUSE_", "GRAFANA_"))}
+    return subprocess.run([*command, "-f", str(COMPOSE), "--env-file", str(env_file), *args],
+                          capture_output=True, text=True, timeout=60, env={**env, **dict(extra)})
+
+
+@functools.cache
+def _config() -> dict[str, Any]:
+    done = _run("--profile", "agent", "--profile", "gpu", "--profile", "slurm", "config", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    config: dict[str, Any] = json.loads(done.stdout)
+    return config
+
+
+def _env_keys(path: Path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value
+    return out
+
+
+# --------------------------------------------------------------------------- without compose
+
+
+def test_env_example_names_every_variable_and_keeps_comments_off_values() -> None:
+    used = set(re.findall(r"\$\{([A-Z0-9_]+)", COMPOSE.read_text()))
+    example = _env_keys(ENV_EXAMPLE)
+    assert used <= set(example), sorted(used - set(example))
+    assert not [k for k, v in example.items() if "#" in v]  # compose would read a trailing comment as the value
+
+
+def test_dockerfile_is_slim_non_root_and_installs_the_project() -> None:
+    text = DOCKERFILE.read_text()
+    assert "ARG PYTHON_IMAGE=python:3.11-slim" in text
+    assert "pip install ." in text
+    users = re.findall(r"^USER (\S+)", text, re.M)
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    for source in re.findall(r"^COPY (?!--from)(\S+)", text, re.M):
+        assert (REPO / source).exists(), source
+    ignored = (REPO / ".dockerignore").read_text().split()
+    assert {".venv", "var", ".git", "tests"} <= set(ignored)
+
+
+# --------------------------------------------------------------------------- docker compose config
+
+
+def test_compose_config_is_valid_with_the_example_env() -> None:
+    done = _run("config", "--quiet")
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_missing_secret_is_refused(tmp_path: Path) -> None:
+    env = tmp_path / "env"
+    env.write_text("\n".join(line for line in ENV_EXAMPLE.read_text().splitlines()
+                             if not line.startswith("CLICKHOUSE_PASSWORD=")))
+    done = _run("config", "--quiet", env_file=env)
+    assert done.returncode != 0 and "set CLICKHOUSE_PASSWORD" in done.stderr
+
+
+def test_every_stage_is_there_and_waits_for_the_topic_plan() -> None:
+    services = _config()["services"]
+    assert set(services) == {"kafka", "clickhouse", "topics", "correlator", "sink", "executor", "executor-slurm",
+                             "agent", "agent-gpu", "prometheus", "alertmanager", "grafana"}
+    assert services["topics"]["command"] == ["faultline", "topics", "apply"]
+    assert services["topics"]["depends_on"]["kafka"]["condition"] == "service_healthy"
+    for name in ("correlator", "sink", "executor", "executor-slurm", "agent", "agent-gpu"):
+        assert services[name]["depends_on"]["topics"]["condition"] == "service_completed_successfully", name
+    assert services["sink"]["depends_on"]["clickhouse"]["condition"] == "service_healthy"
+    assert services["correlator"]["command"] == ["faultline", "worker"]
+    assert services["sink"]["command"] == ["faultline", "sink", "run"]
+    assert services["sink"]["environment"]["FAULTLINE_ARCHIVE"].startswith("http://faultline:")
+    assert services["executor"]["command"][-1] == "--dry-run"  # the example's safe default
+    assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft
+
+
+def test_faultline_containers_are_locked_down() -> None:
+    services = _config()["services"]
+    for name in FAULTLINE_SERVICES:
+        s = services[name]
+        assert s["cap_drop"] == ["ALL"] and s["read_only"] is True, name
+        assert "no-new-privileges:true" in s["security_opt"], name
+        assert s["build"]["dockerfile"] == "deploy/docker/Dockerfile", name
+        if not name.startswith("agent"):
+            assert "user" not in s, name  # the image's unprivileged user
+
+
+def test_the_agent_reads_kmsg_read_only_and_the_gpu_profile_uses_the_nvidia_runtime() -> None:
+    services = _config()["services"]
+    for name in ("agent", "agent-gpu"):
+        agent = services[name]
+        assert agent["devices"] == [{"source": "/dev/kmsg", "target": "/dev/kmsg", "permissions": "r"}]
+        assert agent["cap_add"] == ["SYSLOG"]
+        assert agent["command"] == ["faultline", "agent", "--config", "/etc/faultline/agent.yaml"]
+        assert {p["target"] for p in agent["ports"]} == {METRICS_PORTS["agent"]}
+    assert services["agent"]["profiles"] == ["agent"] and "runtime" not in services["agent"]
+    assert services["agent-gpu"]["profiles"] == ["gpu"] and services["agent-gpu"]["runtime"] == "nvidia"
+    assert services["agent-gpu"]["environment"]["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    config = yaml.safe_load((COMPOSE.parent / "agent.yaml").read_text())
+    assert config["sources"]["kernel_log"]["mode"] == "kmsg" and config["metrics_port"] == METRICS_PORTS["agent"]
+
+
+def test_monitoring_is_provisioned_from_the_repository() -> None:
+    services = _config()["services"]
+    grafana = {v["target"]: Path(v["source"]) for v in services["grafana"]["volumes"] if v["type"] == "bind"}
+    assert grafana["/etc/grafana/provisioning"] == REPO / "deploy" / "grafana" / "provisioning"
+    assert grafana["/var/lib/grafana/dashboards/faultline"] == REPO / "deploy" / "grafana" / "dashboards"
+    env = services["grafana"]["environment"]
+    assert env["FAULTLINE_CLICKHOUSE_HOST"] == "clickhouse" and env["FAULTLINE_CLICKHOUSE_USER"] == "grafana"
+    prometheus = {v["target"]: Path(v["source"]) for v in services["prometheus"]["volumes"] if v["type"] == "bind"}
+    rules = prometheus["/etc/prometheus"]
+    assert rules == REPO / "deploy" / "prometheus"
+    # Prometheus' static targets are compose service names on the stages' metrics ports.
+    scrape = rules / "prometheus.yml"
+    if scrape.is_file():
+        text = scrape.read_text()
+        for stage in ("correlator", "sink", "executor"):
+            if f"{stage}:" in text:
+                assert f"{stage}:{METRICS_PORTS[stage]}" in text and stage in services
+        if "alertmanager:9093" in text:
+            assert "alertmanager" in services
