@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import faust
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from pydantic import ValidationError
 
 from correlators.engine import Correlator
@@ -46,7 +46,7 @@ def rebuild(engine: Correlator, conf: dict[str, Any], topic: str, partition: int
     c = Consumer({**conf, "group.id": f"faultline-rebuild-{topic}", "enable.auto.commit": False})
     n = 0
     try:
-        c.assign([TopicPartition(topic, partition, 0)])
+        c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])  # the log start, after retention too
         idle_since = time.monotonic()
         while True:
             msgs = c.consume(1000, timeout=1.0)

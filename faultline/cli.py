@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ EXAMPLES = {
     "deny": "faultline deny cmd-3f2a9c41 --by alice --reason 'the RMA visit tomorrow replaces the board'",
     "topics": "FAULTLINE_KAFKA=kafka:9092 faultline topics apply --dry-run",
     "sink": "FAULTLINE_ARCHIVE=http://clickhouse:8123 faultline sink run",
+    "capture": "faultline capture --config producers/agent.example.yaml --out node.jsonl --seconds 600",
     "quarantine": "faultline quarantine n03:2 --reason 'XID 48 twice this week' --by alice",
     "release": "faultline release n03:GPU-e40650f3-142a-c640-c614-51c2be1a1ec0 --validated-by 'dcgmi diag -r 3 passed' --by bob",
 }
@@ -94,6 +96,11 @@ def _parser() -> argparse.ArgumentParser:
 
     a = add("agent", "Run the node agent: every configured source of this node, published to Kafka.")
     a.add_argument("--config", type=Path, required=True, help="agent YAML (see producers/agent.example.yaml)")
+
+    cp = add("capture", "Record what this node's producers observe, in the contract's capture format, for replay.")
+    cp.add_argument("--config", type=Path, required=True, help="agent YAML: which sources to run")
+    cp.add_argument("--out", type=Path, required=True, help="capture file (appended)")
+    cp.add_argument("--seconds", type=float, help="stop after this long (default: until Ctrl-C)")
 
     o = add("report", "Answer the operators' questions from the archive (failures, lost GPU-hours, recovery...).")
     o.add_argument("--since", help="window start: a duration back from now (30m, 12h, 7d, 2w) or an ISO date/time")
@@ -171,6 +178,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         result = run_bench(settings, quick=args.quick)
         print(json.dumps(result) if args.json else json.dumps(result, indent=2))
         return 0
+    if args.cmd == "capture":
+        from producers.agent import run_capture
+
+        return run_capture(args.config, args.out, args.seconds)
     if args.cmd == "agent":
         from producers.agent import run_agent
 
@@ -359,7 +370,8 @@ def _sink(settings: Settings) -> int:
         start_http_server(settings.metrics_port)
     with Archive.open(settings.archive_url) as archive, \
             ArchiveSink(archive, bootstrap, settings.namespace, consumer_config=settings.kafka_config(bootstrap)) as sink:
-        print(f"archiving {settings.namespace}.* from {bootstrap} into {settings.archive_url}", file=sys.stderr)
+        where = re.sub(r"//[^/@]*@", "//***@", settings.archive_url)  # never print credentials
+        print(f"archiving {settings.namespace}.* from {bootstrap} into {where}", file=sys.stderr)
         sink.run(stop)
     return 0
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings", "REPO_ROOT"]
@@ -37,6 +37,12 @@ class Settings(BaseSettings):
         0, description="Serve Prometheus metrics on this port (0: off). Deployments use 9464 agent, "
         "9465 correlator, 9466 sink, 9467 executor (deploy/prometheus/prometheus.yml).")
     local_kafka_port: int = Field(19092, description="Port of the local broker started when `kafka` is unset.")
+
+    @field_validator("kafka", "archive", "policy", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, v: object) -> object:
+        """``FAULTLINE_POLICY=`` (empty, as compose files write it) means unset, not the current directory."""
+        return None if v == "" else v
 
     @property
     def archive_url(self) -> str:

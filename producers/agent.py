@@ -22,11 +22,11 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import yaml
 from prometheus_client import start_http_server
@@ -175,10 +175,39 @@ class SourceRunner:
             log.exception("source %s: close failed", self.name)
 
 
+class Publisher(Protocol):
+    """Where the agent's events go: the spooling Kafka publisher, or nowhere (`faultline capture`)."""
+
+    def pump(self) -> None: ...
+    def publish(self, events: Iterable[Event]) -> None: ...
+    def dead_letter(self, dl: DeadLetter) -> None: ...
+    def close(self, timeout_s: float) -> None: ...
+    def backlog(self) -> int: ...
+
+
+class CaptureOnly:
+    """A publisher that sends nothing: the agent only records observations to its capture file."""
+
+    def pump(self) -> None:
+        return None
+
+    def publish(self, events: Iterable[Event]) -> None:
+        return None
+
+    def dead_letter(self, dl: DeadLetter) -> None:
+        return None
+
+    def close(self, timeout_s: float) -> None:
+        return None
+
+    def backlog(self) -> int:
+        return 0
+
+
 class Agent:
     """All of a node's sources, one publisher (see the module docstring)."""
 
-    def __init__(self, config: AgentConfig, publisher: SpoolingPublisher) -> None:
+    def __init__(self, config: AgentConfig, publisher: Publisher) -> None:
         self.config = config
         self.publisher = publisher
         self.stop = threading.Event()
@@ -282,6 +311,17 @@ def _publisher(config: AgentConfig, settings: Settings) -> SpoolingPublisher:
         max_inflight=spool.max_inflight,
         message_timeout_s=spool.message_timeout_s,
     )
+
+
+def run_capture(config_path: Path, out: Path, seconds: float | None) -> int:
+    """``faultline capture``: run this node's sources and record what they observe to ``out``, sending nothing."""
+    config = load_config(config_path).model_copy(update={"capture_file": out, "metrics_port": 0})
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    agent = Agent(config, CaptureOnly())
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
+    signal.signal(signal.SIGINT, lambda *_: agent.stop.set())
+    agent.run(deadline=time.monotonic() + seconds if seconds else None)
+    return 0
 
 
 def run_agent(config_path: Path, settings: Settings) -> int:

@@ -32,12 +32,15 @@ _DAY = 86_400_000
 TOPICS: dict[str, TopicSpec] = {
     spec.suffix: spec
     for spec in (
-        TopicSpec("events", "node (or job for job-level sources)", Event, 12, "delete", 7 * _DAY,
+        # One partition per cell (a namespace): the correlator reasons across nodes (racks, power
+        # domains, a job's ranks), so one cell's events stay together; scale out by cells.
+        TopicSpec("events", "node (or job for job-level sources)", Event, 1, "delete", 7 * _DAY,
                   "Canonical events from every producer."),
         TopicSpec("incidents", "incident id", Incident, 6, "compact", None,
                   "Every version of every incident; compaction keeps the latest."),
-        TopicSpec("commands", "command id", Command, 6, "delete", 30 * _DAY,
-                  "Commands for downstream automation, in the order issued per incident."),
+        TopicSpec("commands", "command id", Command, 1, "delete", 30 * _DAY,
+                  "Commands for downstream automation, in the order issued (one partition: a fence "
+                  "always reaches an executor before the restart that avoids it)."),
         TopicSpec("command-results", "command id", CommandResult, 6, "delete", 30 * _DAY,
                   "One result per command and executor."),
         TopicSpec("approvals", "command id", Approval, 1, "delete", 90 * _DAY,

@@ -29,3 +29,42 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q -e '.[dev]'
 .venv/bin/python -c 'from deploy.local.kafka import ensure_jars; print("setup: Kafka jars in", ensure_jars())'
 echo "setup: done. Try: .venv/bin/faultline demo"
+
+# ---------------------------------------------------------------------------------------------
+# Deployment check tools (tests/deploy/test_kubernetes.py, test_compose.py), built from the Go
+# module proxy into the project-local .tools/bin (git-ignored). Not needed to run faultline: a
+# tool that fails to build only makes its tests skip, with the reason. A fresh machine spends a
+# few minutes here (docker compose has many modules); later runs reuse Go's caches.
+#   kubeconform  schema-checks the rendered Kubernetes manifests (schemas: kubernetes-validate)
+#   kustomize    renders deploy/kubernetes/overlays (kubectl kustomize also works)
+#   compose      `docker compose config` for deploy/compose, where the docker CLI has no plugin;
+#                found by the CLI through DOCKER_CONFIG=.tools/docker (cliPluginsExtraDirs)
+tools_bin="$PWD/.tools/bin"
+mkdir -p "$tools_bin"
+go_tool() {  # go_tool NAME MODULE/PATH@VERSION
+  [ -x "$tools_bin/$1" ] && return 0
+  echo "setup: building $1 ($2)"
+  GOBIN="$tools_bin" GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go install "$2" \
+    || echo "setup: WARNING: could not build $1; its deployment tests will skip" >&2
+}
+if command -v go >/dev/null 2>&1; then
+  go_tool kubeconform github.com/yannh/kubeconform/cmd/kubeconform@v0.8.0
+  go_tool kustomize sigs.k8s.io/kustomize/kustomize/v5@v5.8.1
+  if command -v docker >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1 \
+      && [ ! -x "$tools_bin/docker-compose" ]; then
+    # compose's go.mod has replace/exclude directives, so `go install pkg@version` refuses it:
+    # build its command inside the downloaded module instead.
+    echo "setup: building docker-compose (github.com/docker/compose/v2@v2.40.3)"
+    ( export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
+      dir=$(go mod download -json github.com/docker/compose/v2@v2.40.3 \
+            | .venv/bin/python -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+      cd "$dir" && go build -trimpath -o "$tools_bin/docker-compose" ./cmd
+    ) || echo "setup: WARNING: could not build docker-compose; tests/deploy/test_compose.py will skip" >&2
+  fi
+else
+  echo "setup: WARNING: no Go toolchain; the Kubernetes and Compose checks will skip" >&2
+fi
+mkdir -p .tools/docker
+printf '{"cliPluginsExtraDirs": ["%s"]}\n' "$tools_bin" > .tools/docker/config.json
+.venv/bin/python -c 'from deploy.kubernetes.validate import ensure_schemas; print("setup: Kubernetes schemas in", ensure_schemas())' \
+  || echo "setup: WARNING: no offline Kubernetes schemas (kubernetes-validate missing?)" >&2

@@ -123,6 +123,9 @@ def test_every_stage_is_there_and_waits_for_the_topic_plan() -> None:
     assert services["sink"]["command"] == ["faultline", "sink", "run"]
     assert services["sink"]["environment"]["FAULTLINE_ARCHIVE"].startswith("http://faultline:")
     assert services["executor"]["command"][-1] == "--dry-run"  # the example's safe default
+    assert services["correlator"]["environment"]["FAULTLINE_LIVE_CLOCK"] == "true"
+    for stage in ("correlator", "sink", "executor"):  # served where prometheus.yml scrapes
+        assert services[stage]["environment"]["FAULTLINE_METRICS_PORT"] == str(METRICS_PORTS[stage])
     assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft
 
 
@@ -171,3 +174,32 @@ def test_monitoring_is_provisioned_from_the_repository() -> None:
                 assert f"{stage}:{METRICS_PORTS[stage]}" in text and stage in services
         if "alertmanager:9093" in text:
             assert "alertmanager" in services
+
+
+# --------------------------------------------------------------------------- agent configs
+
+
+AGENT_CONFIGS = ("deploy/compose/agent.yaml", "deploy/kubernetes/base/agent-config.yaml",
+                 "deploy/slurm/agent.yaml", "deploy/slurm/scheduler.yaml")
+
+
+@pytest.mark.parametrize("path", AGENT_CONFIGS)
+def test_every_shipped_agent_config_is_valid(path: str, tmp_path: Path) -> None:
+    """The agent configs the deployments ship load, and each source's section validates."""
+    from pydantic import ValidationError
+
+    from producers.agent import load_config
+    from producers.registry import SourceContext, load_factory
+
+    config = load_config(REPO / path)
+    assert config.sources
+    ctx = SourceContext(node="gpu-node-01", state_dir=tmp_path)
+    for name, settings in config.sources.items():
+        try:
+            source = load_factory(name)(ctx, settings)
+        except ValidationError as exc:
+            pytest.fail(f"{path}: sources.{name}: {exc}")
+        except Exception:
+            continue  # not a config error: a device or tool this machine lacks
+        if source is not None:
+            source.close()

@@ -146,6 +146,8 @@ def test_stages_are_scrapable_where_prometheus_looks() -> None:
         assert service["spec"]["ports"][0]["port"] == METRICS_PORTS[stage]
         pod = specs[f"faultline-{stage}"]["spec"]["template"]
         assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(METRICS_PORTS[stage])
+        env = {v["name"]: v.get("value") for v in pod["spec"]["containers"][0]["env"]}
+        assert env["FAULTLINE_METRICS_PORT"] == str(METRICS_PORTS[stage])  # the process serves it there
         assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
         if targets:
             assert f"{stage}:{METRICS_PORTS[stage]}" in targets
@@ -159,6 +161,8 @@ def test_topics_are_applied_before_every_stage_and_correlators_are_standbys() ->
         assert init["command"] == ["faultline", "topics", "apply"]
     correlator = _one(objects, "Deployment", "faultline-correlator")
     assert correlator["spec"]["replicas"] == 2
+    env = {v["name"]: v.get("value") for v in specs["faultline-correlator"]["containers"][0]["env"]}
+    assert env["FAULTLINE_LIVE_CLOCK"] == "true"  # a live worker: timers follow the wall clock too
     assert _one(objects, "PodDisruptionBudget", "faultline-correlator")["spec"]["maxUnavailable"] == 1
     sink = specs["faultline-sink"]["containers"][0]
     archive = next(v["value"] for v in sink["env"] if v["name"] == "FAULTLINE_ARCHIVE")

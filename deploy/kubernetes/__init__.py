@@ -1,0 +1,1 @@
+"""Kubernetes manifests of faultline (Kustomize base and overlays) and their offline check."""

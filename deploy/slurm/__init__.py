@@ -1,0 +1,1 @@
+"""Slurm integration: systemd units, controller prolog/epilog hooks (deploy/slurm/README.md)."""
