@@ -243,3 +243,22 @@ def test_faultline_agent_publishes_then_stops_on_sigterm(
     replayed = {e.id for line in capture.read_text().splitlines() for e in parse_capture_line(line)}
     assert {e.id for e in seen} <= replayed, "the capture file replays to the very same event ids"
     assert json.loads(capture.read_text().splitlines()[0])["source"] in ("node_agent", "inventory")
+
+
+def test_faultline_capture_records_observations_without_a_broker(tmp_path: Path) -> None:
+    """`faultline capture` runs the node's sources and writes capture lines that replay parses."""
+    out = tmp_path / "node.jsonl"
+    config = {"node": "n5", "rack": "r1", "state_dir": str(tmp_path / "state"),
+              "sources": {"heartbeat": {"interval_s": 0.3},
+                          "nvml": {"backend": "recorded", "path": str(NVML_FIXTURE)}}}
+    (tmp_path / "agent.yaml").write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if k != "FAULTLINE_KAFKA"}
+    done = subprocess.run(
+        [sys.executable, "-m", "faultline.cli", "capture", "--config", str(tmp_path / "agent.yaml"),
+         "--out", str(out), "--seconds", "3"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = out.read_text().splitlines()
+    sources = {json.loads(line)["source"] for line in lines}
+    assert {"node_agent", "nvml", "inventory"} <= sources
+    assert all(parse_capture_line(line) is not None for line in lines)
