@@ -135,6 +135,8 @@ def make_app(settings: Settings) -> faust.App:
             """Live: event time follows the wall clock too, so debounce and settle windows close on time."""
             await publish(engine.advance_to(datetime.now(UTC)))
 
+    in_count = m.RECORDS_IN.labels("correlator", "events")
+
     @app.agent(events)
     async def correlate(stream: faust.StreamT) -> None:
         started: float | None = None
@@ -147,7 +149,7 @@ def make_app(settings: Settings) -> faust.App:
                     n = await asyncio.get_running_loop().run_in_executor(
                         None, rebuild, engine, settings.kafka_config(bootstrap), events_topic, part, offset)
                     log.warning("rebuilt state from %d earlier events of partition %d", n, part)
-            m.RECORDS_IN.labels("correlator", "events").inc()
+            in_count.inc()
             try:
                 event = Event.model_validate_json(ev.value)
             except ValidationError as exc:
