@@ -217,7 +217,13 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
             print(f"incident {inc['id']} {inc['category']} job={inc['job']} culprit={inc['culprit']} "
                   f"state={inc['state']}")
         for c in out["commands"]:
-            print(f"command  {c['issued_at']} {c['type']} {c['target']}"
+            target = " ".join(f"{k}={v}" for k, v in c["target"].items() if v)
+            extra = ""
+            if c["type"] == "restart_job":
+                p = c["params"]
+                extra = (f" from step {(p.get('checkpoint') or {}).get('step')} on {p.get('gpus')} GPUs, "
+                         f"excluding {p.get('exclude')}")
+            print(f"command  {c['issued_at']} {c['type']} {target}{extra}"
                   f"{' (needs approval)' if c['requires_approval'] else ''}")
     return 0
 

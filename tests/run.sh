@@ -3,7 +3,7 @@
 # Tests that need Kafka start a real local broker themselves (or use FAULTLINE_KAFKA).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash deploy/local/setup.sh
+bash deploy/local/setup.sh --test
 echo "== ruff"; .venv/bin/ruff check .
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"; .venv/bin/pytest -q "$@"

@@ -5,12 +5,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-# Debian packages: deploy/local/apt-packages.txt lists them with why.
+# --test: also what the tests need (deploy/local/apt-packages-test.txt, the Go check tools below).
+with_tests=false
+[ "${1:-}" = "--test" ] && with_tests=true
+lists=(deploy/local/apt-packages.txt)
+$with_tests && lists+=(deploy/local/apt-packages-test.txt)
+
+# Debian packages: the lists say why each is there.
 need_apt=()
 while read -r pkg; do
   [ -n "$pkg" ] || continue
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
-done < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' deploy/local/apt-packages.txt)
+done < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "${lists[@]}")
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need_apt[*]} with apt-get"
@@ -28,7 +34,10 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
 .venv/bin/python -c 'from deploy.local.kafka import ensure_jars; print("setup: Kafka jars in", ensure_jars())'
-echo "setup: done. Try: .venv/bin/faultline demo"
+if ! $with_tests; then
+  echo "setup: done. Try: .venv/bin/faultline demo"
+  exit 0
+fi
 
 # ---------------------------------------------------------------------------------------------
 # Deployment check tools (tests/deploy/test_kubernetes.py, test_compose.py), built from the Go
@@ -68,3 +77,4 @@ mkdir -p .tools/docker
 printf '{"cliPluginsExtraDirs": ["%s"]}\n' "$tools_bin" > .tools/docker/config.json
 .venv/bin/python -c 'from deploy.kubernetes.validate import ensure_schemas; print("setup: Kubernetes schemas in", ensure_schemas())' \
   || echo "setup: WARNING: no offline Kubernetes schemas (kubernetes-validate missing?)" >&2
+echo "setup: done (with test tools)."
