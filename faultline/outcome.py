@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from streams.decisions import Command, Incident
@@ -35,7 +35,9 @@ def collate(incidents: Iterable[Incident], commands: Iterable[Command]) -> dict[
     return {"incidents": [contract_incident(i) for i in latest.values()], "commands": cmds}
 
 
-def decide_offline(lines: Iterable[bytes | str], policy_path: str | None = None) -> dict[str, list[dict[str, Any]]]:
+def decide_offline(lines: Iterable[bytes | str], policy_path: str | None = None,
+                   on_decisions: Callable[[list[Incident | Command]], None] | None = None,
+                   ) -> dict[str, list[dict[str, Any]]]:
     """Run capture lines through the parsers and the correlator in-process (no broker).
 
     The same code the Faust worker runs; used by the tests to check decisions in
@@ -53,6 +55,8 @@ def decide_offline(lines: Iterable[bytes | str], policy_path: str | None = None)
     def take(decisions: list[Incident | Command]) -> None:
         for d in decisions:
             (incidents if isinstance(d, Incident) else commands).append(d)  # type: ignore[arg-type]
+        if on_decisions is not None:
+            on_decisions(decisions)  # after every event: tests check invariants as the engine goes
 
     n = 0
     last = None

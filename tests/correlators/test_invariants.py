@@ -23,13 +23,9 @@ from builder import Capture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from correlators.engine import Correlator
 from correlators.findings import FAILURE_CATEGORIES
-from correlators.policy import load_policy
-from faultline.outcome import collate, decide_offline
-from producers.capture import BadInput, parse_capture_line
+from faultline.outcome import decide_offline
 from streams.decisions import Command, Incident
-from streams.events import EndOfCapture, Event
 
 FENCES = ("quarantine_gpu", "cordon_node")
 DONE = ("resolved", "closed", "escalated")
@@ -133,20 +129,13 @@ def captures() -> st.SearchStrategy[list[str]]:
 
 def _stepwise(lines: list[str]) -> tuple[dict[str, Any], list[str]]:
     """Run the engine event by event, checking (c) after every event; the output and the violations."""
-    eng = Correlator(load_policy())
     state: dict[str, Incident] = {}
-    incidents: list[Incident] = []
-    commands: list[Command] = []
     bad: list[str] = []
-    last = None
 
-    def take(decisions: list[Incident | Command]) -> None:
+    def check(decisions: list[Incident | Command]) -> None:
         for d in decisions:
             if isinstance(d, Incident):
-                incidents.append(d)
                 state[d.id] = d
-            else:
-                commands.append(d)
         live = [i for i in state.values() if i.job and i.state not in DONE]
         for key, n in Counter((i.job, i.category) for i in live).items():
             if n > 1:
@@ -155,17 +144,7 @@ def _stepwise(lines: list[str]) -> tuple[dict[str, Any], list[str]]:
             if n > 1:
                 bad.append(f"{n} open failure incidents for job {job}")
 
-    for raw in lines:
-        try:
-            events = parse_capture_line(raw)
-        except BadInput:
-            continue
-        for e in events:
-            last = e
-            take(eng.process(e))
-    if last is not None:
-        take(eng.process(Event(id="end", ts=last.ts, source="replay", body=EndOfCapture(lines=len(lines)))))
-    return collate(incidents, commands), bad
+    return decide_offline(lines, on_decisions=check), bad
 
 
 def _fence_violations(out: dict[str, Any]) -> list[str]:
