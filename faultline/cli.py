@@ -205,7 +205,16 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     if args.policy:
         settings = settings.model_copy(update={"policy": args.policy})
-    run = replay(args.capture, settings, keep_topics=args.keep_topics)
+    total = sum(1 for _ in args.capture.open("rb"))
+    step = max(1, total // 20)
+
+    def progress(n: int) -> None:  # on standard error, so --json output stays clean
+        if n % step == 0 or n == total:
+            print(f"\rreplay: {n}/{total} lines published ({100 * n // max(total, 1)}%)", end="", file=sys.stderr,
+                  flush=True)
+
+    run = replay(args.capture, settings, keep_topics=args.keep_topics, on_line=progress)
+    print(file=sys.stderr)
     out = run.contract()
     print(f"replayed {run.lines} lines ({run.bad} bad) as {run.events} events in namespace {run.namespace}; "
           f"{len(out['incidents'])} incidents, {len(out['commands'])} commands; "
