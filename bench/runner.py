@@ -47,6 +47,7 @@ class Sizes:
         self.background_eps = 200 if quick else 530
         self.replay_nodes = 2 if quick else 8
         self.goodput_runs = 3 if quick else 20
+        self.agent_seconds = 10 if quick else 30
 
 
 def _say(msg: str) -> None:
@@ -212,6 +213,46 @@ class Bench:
         raise TimeoutError(f"no quarantine command for {node} within 30s")
 
 
+def agent_cpu_pct(seconds: float) -> dict[str, Any]:
+    """CPU share of one `faultline agent` for 8 GPUs at 1 Hz (recorded NVML readings where no GPU is present).
+
+    Process CPU time over wall time, measured after a warm-up so start-up is not counted. The agent
+    records to a capture file and sends nothing: the bus's cost is the broker's, not the node's.
+    """
+    import os
+    import subprocess
+
+    import yaml
+
+    recording = Path(__file__).resolve().parents[1] / "producers" / "node" / "recordings" / "nvml_8xh100.json"
+    with tempfile.TemporaryDirectory() as d:
+        cfg = Path(d) / "agent.yaml"
+        cfg.write_text(yaml.safe_dump({"node": "bench-node", "state_dir": f"{d}/state", "sources": {
+            "nvml": {"backend": "recorded", "path": str(recording), "interval_s": 1.0},
+            "heartbeat": {"interval_s": 15}}}))
+        proc = subprocess.Popen([sys.executable, "-m", "faultline.cli", "capture", "--config", str(cfg),
+                                 "--out", f"{d}/capture.jsonl", "--seconds", str(seconds + 10)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ticks = os.sysconf("SC_CLK_TCK")
+
+        def cpu_s() -> float:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+
+        try:
+            time.sleep(5)  # start-up: imports, first inventory
+            c0, t0 = cpu_s(), time.monotonic()
+            time.sleep(seconds)
+            c1, t1 = cpu_s(), time.monotonic()
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    pct = 100 * (c1 - c0) / (t1 - t0)
+    _say(f"agent: {c1 - c0:.2f}s CPU over {t1 - t0:.1f}s = {pct:.2f}% of a core")
+    return {"agent_cpu_pct": round(pct, 3), "agent_gpus": 8, "agent_sample_hz": 1.0,
+            "agent_seconds": round(t1 - t0, 1)}
+
+
 def run_bench(settings: Settings, quick: bool = False) -> dict[str, Any]:
     sizes = Sizes(quick)
     started = time.monotonic()
@@ -219,17 +260,19 @@ def run_bench(settings: Settings, quick: bool = False) -> dict[str, Any]:
     bench = Bench(settings, sizes)
     out: dict[str, Any] = {"machine": _machine(), "quick": quick, "started_at": datetime.now(UTC).isoformat()}
     try:
-        _say("1/5 detection to command under background telemetry")
+        _say("1/6 detection to command under background telemetry")
         out["detect_to_command_ms"] = bench.detect_to_command()
-        _say("2/5 correlator throughput vs a bare consumer")
+        _say("2/6 correlator throughput vs a bare consumer")
         events = _fleet_events(sizes.fleet_nodes, sizes.fleet_seconds)
         tp = bench.throughput(events)
         out.update({k: v for k, v in tp.items() if k != "namespace"})
-        _say("3/5 archive through the sink vs a bare insert")
+        _say("3/6 archive through the sink vs a bare insert")
         out.update(bench.archive(tp["namespace"], events + [end_marker(0, events[-1].ts)]))
-        _say("4/5 replay")
+        _say("4/6 replay")
         out.update(bench.replay())
-        _say("5/5 goodput model")
+        _say("5/6 node agent CPU")
+        out.update(agent_cpu_pct(sizes.agent_seconds))
+        _say("6/6 goodput model")
         out["goodput"] = compare(runs=sizes.goodput_runs)
     finally:
         bench.close()

@@ -35,7 +35,7 @@ from streams.topics import topic_name
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "producers" / "agent.example.yaml"
-NVML_FIXTURE = Path(__file__).parent / "fixtures" / "nvml_8xh100.json"
+NVML_FIXTURE = Path(__file__).resolve().parents[2] / "producers" / "node" / "recordings" / "nvml_8xh100.json"
 XID = "NVRM: Xid (PCI:0000:5d:00): 48, pid='<unknown>', name=<unknown>, Double bit ECC error (DBE)"
 
 

@@ -20,7 +20,7 @@ from producers.registry import SourceContext
 from producers.source import Observation
 from streams.events import GpuLost, GpuSample, Inventory, Xid
 
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "nvml_8xh100.json"
+FIXTURE = Path(__file__).resolve().parents[3] / "producers" / "node" / "recordings" / "nvml_8xh100.json"
 T0 = datetime(2026, 4, 22, 3, 0, tzinfo=UTC)
 ROUNDS = 60
 STEADY = (0, 1, 2, 4, 6)
