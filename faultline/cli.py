@@ -270,6 +270,10 @@ def _executor(args: argparse.Namespace, settings: Settings) -> int:
                               max_share=args.max_share, window=timedelta(minutes=args.window_min))
     conf = settings.kafka_config(ensure_broker(settings))
     create_namespace_topics(conf, settings.namespace)
+    if settings.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(settings.metrics_port)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

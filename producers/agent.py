@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from producers import metrics
 from producers.capture import BadInput, parse_capture_line
+from producers.exported_metrics import ExportedMetrics
 from producers.registry import SOURCES, SourceContext, SourceFactory, load_factory
 from producers.source import Observation, Source
 from producers.spool import SpoolingPublisher
@@ -210,6 +211,7 @@ class Agent:
     def __init__(self, config: AgentConfig, publisher: Publisher) -> None:
         self.config = config
         self.publisher = publisher
+        self.exported = ExportedMetrics()
         self.stop = threading.Event()
         self._queue: queue.Queue[tuple[str, list[Observation]]] = queue.Queue(_QUEUE_MAX)
         self._capture: IO[str] | None = None
@@ -275,13 +277,17 @@ class Agent:
             if self._capture is not None:
                 self._capture.write(line + "\n")
             try:
-                events.extend(parse_capture_line(line))
+                parsed = parse_capture_line(line)
             except BadInput as exc:
                 log.warning("source %s: unusable observation (%s)", name, exc.reason)
                 metrics.PARSE_ERRORS.labels(name).inc()
                 self.publisher.dead_letter(
                     DeadLetter(stage="agent", reason=f"{name}: {exc.reason}", raw=line[:_RAW_MAX], at=datetime.now(UTC))
                 )
+                continue
+            for event in parsed:
+                self.exported.observe(event)
+            events.extend(parsed)
         return events
 
     def _shutdown(self) -> None:

@@ -44,6 +44,7 @@ from prometheus_client import Counter
 from pydantic import BaseModel, ValidationError
 
 from faultline.topic_io import read_topic
+from sinks import metrics as stage_metrics
 from sinks.executors.core import Executor
 from streams.decisions import Approval, Command, CommandResult, DeadLetter
 from streams.topics import topic_name
@@ -252,6 +253,7 @@ class ExecutorRunner:
             delay = min(delay * 2, _BACKOFF_MAX_S)
         self.executor.published(result)
         RESULTS_PUBLISHED.labels(executor=self.executor.name, status=result.status).inc()
+        stage_metrics.COMMAND_OUTCOMES.labels(result.status, self.executor.name).inc()
         log.info("executor %s: %s %s: %s", self.executor.name, result.command, result.status, result.detail)
         return True
 
