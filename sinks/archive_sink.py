@@ -68,6 +68,7 @@ _ROUTES: dict[str, tuple[str, str]] = {
 }
 SUFFIXES: tuple[str, ...] = tuple(_ROUTES)
 
+_LAG_EVERY_S = 5.0  # how often run() refreshes the consumer-lag gauge
 _BACKOFF_FIRST_S = 0.1
 _BACKOFF_MAX_S = 5.0
 _DRAIN_BATCH = 5000
@@ -148,13 +149,30 @@ class ArchiveSink:
         """
         stop = stop or threading.Event()
         batch = _Batch()
+        next_lag = time.monotonic()
         while not stop.is_set():
             self._poll(batch, max_batch, max_wait_s)
             if batch.due(max_batch, max_wait_s):
                 self._flush(batch, stop.wait)
                 batch = _Batch()
+            if time.monotonic() >= next_lag:
+                self._report_lag()
+                next_lag = time.monotonic() + _LAG_EVERY_S
         if batch.size:
             self._flush(batch, stop.wait)
+
+    def _report_lag(self) -> None:
+        """Records between the sink's position and each partition's end (Prometheus gauge)."""
+        try:
+            ends = self.end_offsets(timeout_s=2)
+            parts = [TopicPartition(t, p) for t, ps in ends.items() for p in ps]
+            positions = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.position(parts)}
+        except KafkaException as exc:
+            log.debug("archive sink: lag not measured: %s", exc)
+            return
+        stage_metrics.set_consumer_lag("sink", {
+            (t, p): end - positions[(t, p)] if positions.get((t, p), -1) >= 0 else end
+            for t, ps in ends.items() for p, end in ps.items()})
 
     def drain(self, until: dict[str, dict[int, int]] | None = None, timeout_s: float = 60) -> int:
         """Archive until every partition reaches ``until`` (default: the end offsets now).

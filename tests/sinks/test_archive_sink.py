@@ -154,8 +154,13 @@ def test_archive_errors_are_retried_before_commit(produce: Produce, sink_for: Ca
     assert archive.count("events") == len(sample.events)
 
 
+def _sink_lag(namespace: str) -> float | None:
+    return REGISTRY.get_sample_value("faultline_consumer_lag_records",
+                                     {"stage": "sink", "topic": f"{namespace}.events", "partition": "0"})
+
+
 def test_run_until_stopped(produce: Produce, sink_for: Callable[[str], ArchiveSink],
-                           archive: Archive, sample: Sample) -> None:
+                           archive: Archive, sample: Sample, namespace: str) -> None:
     sink = sink_for("a")
     stop = threading.Event()
     worker = threading.Thread(target=sink.run, args=(stop,), kwargs={"max_wait_s": 0.1})
@@ -164,7 +169,8 @@ def test_run_until_stopped(produce: Produce, sink_for: Callable[[str], ArchiveSi
         produce("events", sample.events)
         produce("commands", sample.commands)
         for _ in range(300):
-            if archive.count("events") == len(sample.events) and archive.count("commands") == len(sample.commands):
+            if archive.count("events") == len(sample.events) and archive.count("commands") == len(sample.commands) \
+                    and _sink_lag(namespace) is not None:  # measured every few seconds while it runs
                 break
             stop.wait(0.1)
     finally:
@@ -174,6 +180,9 @@ def test_run_until_stopped(produce: Produce, sink_for: Callable[[str], ArchiveSi
     sink.close()
     assert archive.count("events") == len(sample.events)
     assert archive.count("gpu_ledger") == 3
+    # The lag gauge was measured while it ran (Prometheus alerts on it).
+    lag = _sink_lag(namespace)
+    assert lag is not None and lag >= 0
     # Everything it archived was committed: the same group has nothing left to drain.
     assert sink_for("a").drain(timeout_s=30) == 0
 
