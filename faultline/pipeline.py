@@ -23,7 +23,13 @@ from typing import Any
 
 from faultline.outcome import collate
 from faultline.settings import Settings
-from faultline.topic_io import check_broker, create_namespace_topics, delete_namespace_topics, read_topic
+from faultline.topic_io import (
+    BrokerUnreachable,
+    check_broker,
+    create_namespace_topics,
+    delete_namespace_topics,
+    read_topic,
+)
 from producers.capture import BadInput, parse_capture_line
 from producers.delivery import EventPublisher
 from sinks import metrics
@@ -41,10 +47,19 @@ def ensure_broker(settings: Settings) -> str:
     if settings.kafka:
         bootstrap = settings.kafka
     else:
-        from deploy.local.kafka import start_detached
+        from deploy.local.kafka import KafkaLaunchError, start_detached
 
         log.info("FAULTLINE_KAFKA unset: using the local broker on 127.0.0.1:%d", settings.local_kafka_port)
-        bootstrap = start_detached(settings.data_dir / "kafka", port=settings.local_kafka_port)
+        try:
+            bootstrap = start_detached(settings.data_dir / "kafka", port=settings.local_kafka_port)
+        except KafkaLaunchError as exc:
+            # The port is taken: by a broker another checkout started, we use it; by anything else, say so.
+            bootstrap = f"127.0.0.1:{settings.local_kafka_port}"
+            try:
+                check_broker(settings.kafka_config(bootstrap), timeout=5)
+            except BrokerUnreachable:
+                raise exc from None
+            log.warning("using the Kafka broker already listening on %s", bootstrap)
     check_broker(settings.kafka_config(bootstrap))
     return bootstrap
 
