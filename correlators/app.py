@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import faust
@@ -34,6 +34,7 @@ from faultline.topic_io import ensure_topic
 from sinks import metrics as m
 from streams.decisions import Command, DeadLetter, Incident, StreamEnd
 from streams.events import EndOfCapture, Event
+from streams.signing import sign
 from streams.topics import topic_name
 
 __all__ = ["app", "make_app", "rebuild"]
@@ -102,9 +103,14 @@ def make_app(settings: Settings) -> faust.App:
         await out[suffix].send(key=key.encode(), value=value)
         m.RECORDS_OUT.labels("correlator", suffix).inc()
 
+    keys = settings.signing()
+    ttl = timedelta(seconds=settings.command_ttl_s)
+
     async def publish(decisions: list[Incident | Command]) -> None:
         for d in decisions:
             if isinstance(d, Command):
+                if keys is not None:
+                    d = sign(d, keys, datetime.now(UTC), ttl)
                 m.COMMANDS_ISSUED.labels(d.type, str(d.requires_approval).lower()).inc()
                 inc = engine.incidents.get(d.incident)
                 if settings.live_clock and inc is not None:

@@ -267,7 +267,8 @@ def _executor(args: argparse.Namespace, settings: Settings) -> int:
 
     options = ExecutorOptions(backend=args.backend, state_dir=args.state_dir or settings.data_dir / "executors",
                               name=args.name, dry_run=args.dry_run, url=args.url, fleet_size=args.fleet_size,
-                              max_share=args.max_share, window=timedelta(minutes=args.window_min))
+                              max_share=args.max_share, window=timedelta(minutes=args.window_min),
+                              keys=settings.signing())
     conf = settings.kafka_config(ensure_broker(settings))
     create_namespace_topics(conf, settings.namespace)
     if settings.metrics_port:

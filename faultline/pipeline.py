@@ -73,6 +73,8 @@ class CorrelatorWorker:
                "FAULTLINE_LIVE_CLOCK": "true" if settings.live_clock else "false"}
         if settings.policy:
             env["FAULTLINE_POLICY"] = str(settings.policy)
+        if settings.signing_keys:
+            env["FAULTLINE_SIGNING_KEYS"] = settings.signing_keys.get_secret_value()
         logdir = settings.data_dir / "logs"
         logdir.mkdir(parents=True, exist_ok=True)
         self.log_path = logdir / f"worker-{namespace}.log"

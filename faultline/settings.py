@@ -11,6 +11,8 @@ from typing import Any
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from streams.signing import SigningKeys
+
 __all__ = ["Settings", "REPO_ROOT"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +38,10 @@ class Settings(BaseSettings):
     metrics_port: int = Field(
         0, description="Serve Prometheus metrics on this port (0: off). Deployments use 9464 agent, "
         "9465 correlator, 9466 sink, 9467 executor (deploy/prometheus/prometheus.yml).")
+    signing_keys: SecretStr | None = Field(
+        None, description="'KEY_ID:SECRET,...' (first = active). The correlator signs every command; "
+        "executors refuse unsigned, tampered, unknown-key and expired ones. Unset: unsigned (development).")
+    command_ttl_s: float = Field(3600, description="Signed commands expire this long (wall clock) after issue.")
     local_kafka_port: int = Field(19092, description="Port of the local broker started when `kafka` is unset.")
 
     @field_validator("kafka", "archive", "policy", mode="before")
@@ -43,6 +49,9 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, v: object) -> object:
         """``FAULTLINE_POLICY=`` (empty, as compose files write it) means unset, not the current directory."""
         return None if v == "" else v
+
+    def signing(self) -> SigningKeys | None:
+        return SigningKeys.parse(self.signing_keys.get_secret_value()) if self.signing_keys else None
 
     @property
     def archive_url(self) -> str:

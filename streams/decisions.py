@@ -109,6 +109,10 @@ class Command(_Model):
     requires_approval: bool = False
     params: dict[str, Any] = Field(default_factory=dict)
     reason: str = ""
+    # Set by the correlator when signing keys are configured (streams/signing.py); executors that
+    # hold the keys refuse commands unsigned, tampered with, signed by an unknown key or expired.
+    expires_at: datetime | None = None
+    signature: str | None = None
 
 
 class CommandResult(_Model):
@@ -116,7 +120,7 @@ class CommandResult(_Model):
 
     schema_version: int = 1
     command: str
-    status: Literal["done", "failed", "skipped_duplicate", "waiting_approval", "denied", "dry_run"]
+    status: Literal["done", "failed", "skipped_duplicate", "waiting_approval", "denied", "dry_run", "refused"]
     at: datetime
     executor: str
     detail: str = ""

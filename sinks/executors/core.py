@@ -31,10 +31,13 @@ import logging
 from datetime import datetime
 from typing import Literal, Protocol
 
+from prometheus_client import Counter
+
 from sinks.executors.approvals import ApprovalBook
 from sinks.executors.breaker import CircuitBreaker
 from sinks.executors.ledger import Entry, ResultLedger
 from streams.decisions import Approval, Command, CommandResult
+from streams.signing import SigningKeys, verify
 
 __all__ = ["ALWAYS_APPROVE", "Backend", "ExecutionError", "Executor", "Status", "excluded_nodes"]
 
@@ -44,7 +47,9 @@ log = logging.getLogger(__name__)
 ALWAYS_APPROVE: frozenset[str] = frozenset({"reset_gpu", "reboot_node"})
 _MAX_DETAIL = 2000
 
-Status = Literal["done", "failed", "skipped_duplicate", "waiting_approval", "denied", "dry_run"]
+Status = Literal["done", "failed", "skipped_duplicate", "waiting_approval", "denied", "dry_run", "refused"]
+REFUSED = Counter("faultline_executor_refused", "Commands refused: unsigned, tampered, unknown key or expired.",
+                  ["executor", "reason"])
 
 
 class ExecutionError(RuntimeError):
@@ -85,7 +90,9 @@ class Executor:
         *,
         dry_run: bool = False,
         name: str | None = None,
+        keys: SigningKeys | None = None,
     ) -> None:
+        self.keys = keys  # when set, only commands signed by the correlator run (streams/signing.py)
         self.backend = backend
         self.ledger = ledger
         self.approvals = approvals if approvals is not None else ApprovalBook()
@@ -97,6 +104,11 @@ class Executor:
 
     def handle(self, cmd: Command, now: datetime) -> CommandResult:
         """The result of one command arriving (see the module docstring for the order of checks)."""
+        if self.keys is not None and (why := verify(cmd, self.keys, now)) is not None:
+            REFUSED.labels(executor=self.name, reason=why.split(" ")[0]).inc()
+            log.warning("executor %s: refused %s %s: %s", self.name, cmd.type, cmd.id, why)
+            return self._result(cmd.id, "refused", now, f"refused: {why}; only commands signed by the "
+                                "correlator run (check FAULTLINE_SIGNING_KEYS on both sides)")
         entry = self.ledger.get(cmd.id)
         if entry is not None:
             if entry.state == "pending" and entry.command is None:

@@ -20,6 +20,7 @@ from sinks.executors.approvals import ApprovalBook
 from sinks.executors.breaker import CircuitBreaker
 from sinks.executors.core import Backend, Executor
 from sinks.executors.ledger import ResultLedger
+from streams.signing import SigningKeys
 
 __all__ = ["BackendKind", "ExecutorOptions", "make_backend", "make_executor"]
 
@@ -42,6 +43,7 @@ class ExecutorOptions:
     window: timedelta = timedelta(minutes=10)
     min_nodes: int = 1
     timeout_s: float = 30.0
+    keys: SigningKeys | None = None  # verify the correlator's signatures (None: accept unsigned commands)
 
 
 def make_backend(opts: ExecutorOptions) -> Backend:
@@ -72,4 +74,6 @@ def make_executor(opts: ExecutorOptions, backend: Backend | None = None) -> Exec
                     "every fencing command until it is known", name)
     breaker = CircuitBreaker(max_share=opts.max_share, window=opts.window, fleet_size=fleet,
                              min_nodes=opts.min_nodes)
-    return Executor(backend, ledger, ApprovalBook(), breaker, dry_run=opts.dry_run, name=name)
+    if opts.keys is None:
+        log.warning("executor %s: no FAULTLINE_SIGNING_KEYS: unsigned commands will run (development only)", name)
+    return Executor(backend, ledger, ApprovalBook(), breaker, dry_run=opts.dry_run, name=name, keys=opts.keys)

@@ -83,3 +83,20 @@ def test_bad_lines_go_to_dead_letters_and_the_replay_goes_on(settings: Settings,
             assert archive.count("deadletters") == 5
     finally:
         delete_namespace_topics(settings.kafka_config(settings.kafka or ""), run.namespace)
+
+
+@pytest.mark.skipif(not SCENARIOS.is_dir(), reason="shared scenarios not present")
+def test_with_signing_keys_every_command_leaves_the_worker_signed(settings: Settings) -> None:
+    from datetime import UTC, datetime
+
+    from pydantic import SecretStr
+
+    from streams.decisions import Command
+    from streams.signing import verify
+
+    signed = settings.model_copy(update={"signing_keys": SecretStr("k1:a-secret-of-sixteen-plus")})
+    run = replay(SCENARIOS / "psu_rail_loss.jsonl", signed)
+    keys = signed.signing()
+    assert keys is not None and run.commands
+    for cmd in run.commands:
+        assert verify(Command.model_validate(cmd.model_dump()), keys, datetime.now(UTC)) is None

@@ -221,3 +221,22 @@ def test_a_fresh_executor_rebuilt_from_the_results_topic_never_repeats(backend: 
     assert done is not None and done.status == "done"
     assert backend.executed == ["c3", "c4", "c5"]
     assert {r.command for r in ex.recover(at(5))} == {"c3", "c4", "c5"}  # c1, c2 were on the topic already
+
+
+def test_with_keys_only_the_correlators_signed_commands_run(backend: FakeBackend) -> None:
+    from datetime import timedelta
+
+    from streams.signing import SigningKeys, sign
+
+    keys = SigningKeys.parse("k1:a-secret-of-sixteen-plus")
+    ex = Executor(backend, ResultLedger(None), breaker=CircuitBreaker(fleet_size=100), keys=keys)
+    good = sign(command("c1"), keys, at(0), timedelta(hours=1))
+    assert ex.handle(command("c2"), at(1)).status == "refused"  # unsigned
+    forged = good.model_copy(update={"id": "c3"})  # a valid signature moved onto another command
+    result = ex.handle(forged, at(1))
+    assert (result.status, "tampered" in result.detail) == ("refused", True)
+    assert ex.handle(sign(command("c4"), keys, at(0), timedelta(seconds=10)), at(20)).detail.startswith(
+        "refused: expired")
+    assert ex.handle(good, at(1)).status == "done"
+    assert ex.handle(good, at(2)).status == "skipped_duplicate"  # replaying a signed command runs nothing
+    assert backend.executed == ["c1"]
