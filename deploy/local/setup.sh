@@ -77,4 +77,21 @@ mkdir -p .tools/docker
 printf '{"cliPluginsExtraDirs": ["%s"]}\n' "$tools_bin" > .tools/docker/config.json
 .venv/bin/python -c 'from deploy.kubernetes.validate import ensure_schemas; print("setup: Kubernetes schemas in", ensure_schemas())' \
   || echo "setup: WARNING: no offline Kubernetes schemas (kubernetes-validate missing?)" >&2
+# torch, for the torchrun example test (tests/producers/jobs/test_torchrun_example.py). PyPI's wheel
+# brings ~5 GB of CUDA libraries (the CPU-only index is not reachable), so it lives in a cache outside
+# the clone, shared by every checkout, and the venv sees it through a .pth file (after its own packages).
+torch_dir="${FAULTLINE_CACHE:-$HOME/.cache/faultline}/torch-2.15.0"
+if [ ! -f "$torch_dir/.complete" ]; then
+  echo "setup: installing torch 2.15.0 into $torch_dir (large: the wheel brings CUDA libraries)"
+  rm -rf "$torch_dir.partial"
+  if .venv/bin/python -m pip install -q --target "$torch_dir.partial" torch==2.15.0; then
+    rm -rf "$torch_dir" && mv "$torch_dir.partial" "$torch_dir" && touch "$torch_dir/.complete"
+  else
+    rm -rf "$torch_dir.partial"
+    echo "setup: WARNING: torch did not install; the torchrun example test will skip" >&2
+  fi
+fi
+if [ -f "$torch_dir/.complete" ]; then
+  echo "$torch_dir" > "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/faultline-torch.pth"
+fi
 echo "setup: done (with test tools)."
