@@ -39,7 +39,7 @@ from sinks.executors.ledger import Entry, ResultLedger
 from streams.decisions import Approval, Command, CommandResult
 from streams.signing import SigningKeys, verify
 
-__all__ = ["ALWAYS_APPROVE", "Backend", "ExecutionError", "Executor", "Status", "excluded_nodes"]
+__all__ = ["ALWAYS_APPROVE", "Backend", "ExecutionError", "Executor", "Status", "excluded_nodes", "require"]
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +210,14 @@ class Executor:
     def _result(self, command_id: str, status: Status, now: datetime, detail: str) -> CommandResult:
         return CommandResult(command=command_id, status=status, at=now, executor=self.name,
                              detail=detail[:_MAX_DETAIL])
+
+
+def require(cmd: Command, field: Literal["job", "node", "gpu"]) -> str:
+    """``cmd.target.<field>``, which this command type cannot run without."""
+    value = getattr(cmd.target, field)
+    if not value:
+        raise ExecutionError(f"{cmd.type} without target.{field}")
+    return str(value)
 
 
 def excluded_nodes(cmd: Command) -> list[str]:

@@ -53,7 +53,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from sinks.executors.core import ExecutionError, excluded_nodes
+from sinks.executors.core import ExecutionError, excluded_nodes, require
 from streams.decisions import Command
 
 __all__ = [
@@ -136,20 +136,14 @@ class KubernetesBackend:
 
     def execute(self, cmd: Command) -> str:
         if cmd.type == "restart_job":
-            if not cmd.target.job:
-                raise ExecutionError("restart_job without target.job")
-            return self._restart(cmd.target.job, excluded_nodes(cmd))
-        node = cmd.target.node
-        if not node:
-            raise ExecutionError(f"{cmd.type} without target.node")
+            return self._restart(require(cmd, "job"), excluded_nodes(cmd))
+        node = require(cmd, "node")
         if cmd.type == "cordon_node":
             return self._cordon(node, cmd.incident)
         if cmd.type == "drain_node":
             return self._drain(node, cmd.incident)
         if cmd.type == "quarantine_gpu":
-            if not cmd.target.gpu:
-                raise ExecutionError("quarantine_gpu without target.gpu")
-            return self._quarantine(node, cmd.target.gpu)
+            return self._quarantine(node, require(cmd, "gpu"))
         if cmd.type == "release_gpu":
             return self._release(node, cmd.target.gpu)
         raise ExecutionError(f"unsupported: the kubernetes backend does not carry out {cmd.type}")

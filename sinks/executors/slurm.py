@@ -45,7 +45,7 @@ import shlex
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 
-from sinks.executors.core import ExecutionError, excluded_nodes
+from sinks.executors.core import ExecutionError, excluded_nodes, require
 from streams.decisions import Command
 
 __all__ = ["SlurmBackend", "CommandLine", "Run", "SUPPORTED_TYPES", "REASON_PREFIX"]
@@ -120,17 +120,12 @@ class SlurmBackend:
 
     def execute(self, cmd: Command) -> str:
         if cmd.type == "restart_job":
-            if not cmd.target.job:
-                raise ExecutionError("restart_job without target.job")
-            return self._restart(cmd.target.job, excluded_nodes(cmd))
-        node = cmd.target.node
-        if not node:
-            raise ExecutionError(f"{cmd.type} without target.node")
+            return self._restart(require(cmd, "job"), excluded_nodes(cmd))
+        node = require(cmd, "node")
         if cmd.type in ("cordon_node", "drain_node"):
             return self._drain(node, _entry(cmd))
         if cmd.type == "quarantine_gpu":
-            if not cmd.target.gpu:
-                raise ExecutionError("quarantine_gpu without target.gpu")
+            require(cmd, "gpu")
             return self._drain(node, _entry(cmd))
         if cmd.type == "release_gpu":
             return self._release(node, cmd.target.gpu)
