@@ -90,7 +90,7 @@ def run_demo(settings: Settings, seconds: float = 20) -> int:
     try:
         _say(f"streaming {len(lines)} observations ({fleet.duration_s / 60:.0f} min of fleet time) "
              f"over {seconds:.0f}s:")
-        pub = EventPublisher(conf, namespace)
+        pub = EventPublisher(conf, namespace, settings.cell)
         n, _, _, last = publish_capture(pub, _paced(lines, seconds))
         pub.publish([end_marker(n, last)])
         pub.flush()

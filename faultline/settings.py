@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from streams.cells import DEFAULT_CELL, check_cell
 from streams.signing import SigningKeys
 
 __all__ = ["Settings", "REPO_ROOT"]
@@ -24,6 +25,10 @@ class Settings(BaseSettings):
     kafka: str | None = Field(
         None, description="Kafka bootstrap servers (host:port,...). Unset: start/reuse the local broker.")
     namespace: str = Field("faultline", description="Prefix of every topic name; replays add their own suffix.")
+    cell: str = Field(
+        DEFAULT_CELL, description="The cell this process's events belong to: a set of nodes that no job, rack or "
+        "power domain crosses, judged together by one engine. Events are keyed by it, so a cell stays in one "
+        "events partition; a namespace may hold many cells over many partitions (streams/cells.py).")
     data_dir: Path = Field(REPO_ROOT / "var", description="Where the local broker and embedded archive live.")
     archive: str | None = Field(
         None, description="ClickHouse: chdb:///path (embedded) or http(s)://host:8123. Unset: <data_dir>/archive.")
@@ -43,6 +48,11 @@ class Settings(BaseSettings):
         "executors refuse unsigned, tampered, unknown-key and expired ones. Unset: unsigned (development).")
     command_ttl_s: float = Field(3600, description="Signed commands expire this long (wall clock) after issue.")
     local_kafka_port: int = Field(19092, description="Port of the local broker started when `kafka` is unset.")
+
+    @field_validator("cell")
+    @classmethod
+    def _cell_name(cls, v: str) -> str:
+        return check_cell(v)
 
     @field_validator("kafka", "archive", "policy", mode="before")
     @classmethod

@@ -38,6 +38,7 @@ from producers.exported_metrics import ExportedMetrics
 from producers.registry import SOURCES, SourceContext, SourceFactory, load_factory
 from producers.source import Observation, Source
 from producers.spool import SpoolingPublisher
+from streams.cells import CELL_NAME
 from streams.decisions import DeadLetter
 from streams.events import Event
 
@@ -79,6 +80,8 @@ class AgentConfig(BaseModel):
     rack: str | None = Field(None, description="The rack, sent with the GPU inventory.")
     kafka: str | None = Field(None, description="Bootstrap servers; unset: $FAULTLINE_KAFKA.")
     namespace: str | None = Field(None, description="Topic prefix; unset: $FAULTLINE_NAMESPACE or 'faultline'.")
+    cell: str | None = Field(None, pattern=CELL_NAME.pattern,
+                             description="This node's cell (the events key); unset: $FAULTLINE_CELL or 'default'.")
     state_dir: Path = Field(Path("/var/lib/faultline-agent"), description="Spool, read positions, last ids.")
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port; 0 = off.")
     capture_file: Path | None = Field(None, description="Append every observation here (capture format).")
@@ -316,6 +319,7 @@ def _publisher(config: AgentConfig, settings: Settings) -> SpoolingPublisher:
         segment_bytes=spool.segment_mib * _MIB,
         max_inflight=spool.max_inflight,
         message_timeout_s=spool.message_timeout_s,
+        cell=config.cell or settings.cell,
     )
 
 

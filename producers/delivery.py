@@ -8,6 +8,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from streams.cells import DEFAULT_CELL, cell_key
 from streams.decisions import DeadLetter
 from streams.events import Event
 from streams.topics import topic_name
@@ -21,15 +22,15 @@ class DeliveryFailed(RuntimeError):
     pass
 
 
-def event_key(e: Event) -> bytes:
-    """Events are keyed by where they were seen (node), else by job, so one node's signals stay in order."""
-    return (e.node or e.job or e.source).encode()
+def event_key(cell: str) -> bytes:
+    """Events are keyed by their cell (:mod:`streams.cells`): a cell's events share one partition, in order."""
+    return cell_key(cell)
 
 
 class EventPublisher:
-    """Publishes canonical events and dead letters; ``flush`` checks every delivery report."""
+    """Publishes one cell's canonical events and dead letters; ``flush`` checks every delivery report."""
 
-    def __init__(self, kafka_conf: dict[str, Any], namespace: str) -> None:
+    def __init__(self, kafka_conf: dict[str, Any], namespace: str, cell: str = DEFAULT_CELL) -> None:
         conf = {
             **kafka_conf,
             "enable.idempotence": True,
@@ -41,6 +42,7 @@ class EventPublisher:
         self._p = Producer(conf)
         self._events = topic_name(namespace, "events")
         self._dead = topic_name(namespace, "deadletters")
+        self._key = event_key(cell)
         self.failed: list[str] = []
         self.sent = 0
 
@@ -60,7 +62,7 @@ class EventPublisher:
 
     def publish(self, events: Iterable[Event]) -> None:
         for e in events:
-            self._produce(self._events, event_key(e), e.model_dump_json().encode())
+            self._produce(self._events, self._key, e.model_dump_json().encode())
         self._p.poll(0)
 
     def dead_letter(self, dl: DeadLetter) -> None:

@@ -46,6 +46,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from producers import metrics
 from producers.delivery import event_key
 from producers.node.state import load_state, save_state
+from streams.cells import DEFAULT_CELL
 from streams.decisions import DeadLetter
 from streams.events import Event
 from streams.topics import topic_name
@@ -271,6 +272,7 @@ class SpoolingPublisher:
         message_timeout_s: float = 300.0,
         retry_backoff_s: tuple[float, float] = (1.0, 30.0),
         clock: Callable[[], float] = time.monotonic,
+        cell: str = DEFAULT_CELL,
     ) -> None:
         self._conf = {
             **kafka_conf,
@@ -287,6 +289,7 @@ class SpoolingPublisher:
         self._producer = Producer(self._conf)
         self._events_topic = topic_name(namespace, "events")
         self._dead_topic = topic_name(namespace, "deadletters")
+        self._event_key = event_key(cell)
         self.spool = Spool(spool_dir, max_bytes, segment_bytes)
         self.max_inflight = max_inflight
         self._backoff_min, self._backoff_max = retry_backoff_s
@@ -303,9 +306,9 @@ class SpoolingPublisher:
     # --- input ---------------------------------------------------------------------
 
     def publish(self, events: Iterable[Event]) -> None:
-        """Spool ``events`` (keyed by node, else job) and hand what the window allows."""
+        """Spool ``events`` (keyed by the publisher's cell) and hand what the window allows."""
         lines = [
-            _record_line(self._events_topic, event_key(e), e.model_dump_json().encode(), e.source)
+            _record_line(self._events_topic, self._event_key, e.model_dump_json().encode(), e.source)
             for e in events
         ]
         self._append(lines)

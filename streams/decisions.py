@@ -154,3 +154,5 @@ class StreamEnd(_Model):
     end_of_stream: Literal[True] = True
     events: int = 0
     seconds: float | None = None  # wall time the correlator spent on them
+    cell: str | None = None  # the cell whose end-of-capture marker this answers (one marker per cell)
+    partition: int | None = None  # the events partition it came from; ``events`` counts that partition

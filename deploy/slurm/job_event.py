@@ -40,6 +40,7 @@ from producers.scheduler.slurm import SlurmSettings, SlurmSource, create
 from producers.scheduler.slurm_jobs import job_view
 from producers.scheduler.tracking import SchedulerTracker
 from producers.source import Observation
+from streams.cells import DEFAULT_CELL
 
 __all__ = ["Phase", "job_observations", "main", "publish"]
 
@@ -73,14 +74,14 @@ def job_observations(phase: Phase, job_id: str, source: SlurmSource, settings: S
 
 
 def publish(observations: list[Observation], kafka_conf: Mapping[str, object], namespace: str,
-            timeout_s: float = 5.0) -> int:
+            timeout_s: float = 5.0, cell: str = DEFAULT_CELL) -> int:
     """Send the observations' events (as the agent serializes them); how many were sent."""
     events = []
     for obs in observations:
         events.extend(parse_capture_line(json.dumps(obs, separators=(",", ":"))))
     if not events:
         return 0
-    publisher = EventPublisher({**kafka_conf, "message.timeout.ms": int(timeout_s * 1000)}, namespace)
+    publisher = EventPublisher({**kafka_conf, "message.timeout.ms": int(timeout_s * 1000)}, namespace, cell)
     publisher.publish(events)
     publisher.flush(timeout_s)
     return len(events)
@@ -109,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         source = create(SourceContext(node=config.node, state_dir=config.state_dir), config.sources.get("slurm") or {})
         found = job_observations(args.phase, args.job, source, slurm, datetime.now(UTC),
                                  os.environ.get("SLURM_JOB_EXIT_CODE2"))
-        sent = publish(found, settings.kafka_config(bootstrap), config.namespace or settings.namespace)
+        sent = publish(found, settings.kafka_config(bootstrap), config.namespace or settings.namespace,
+                       cell=config.cell or settings.cell)
         log.info("job %s %s: %d event(s) sent", args.job, args.phase, sent)
     except Exception as exc:  # never fail the job; the agent's poll reports it anyway
         log.error("job %s %s: not reported (%s); the scheduler agent's next poll will", args.job, args.phase, exc)
