@@ -8,16 +8,12 @@ from typing import Any
 
 from streams.decisions import Command, Incident
 
-__all__ = ["collate", "contract_incident", "contract_command", "decide_offline"]
+__all__ = ["collate", "decide_offline"]
 
 
-def contract_incident(i: Incident) -> dict[str, Any]:
-    d = json.loads(i.model_dump_json())
-    return d
-
-
-def contract_command(c: Command) -> dict[str, Any]:
-    return json.loads(c.model_dump_json())
+def _as_json(d: Incident | Command) -> dict[str, Any]:
+    """The record as the contract prints it (JSON modes: datetimes as strings, NaN as a constant)."""
+    return json.loads(d.model_dump_json())  # type: ignore[no-any-return]
 
 
 def collate(incidents: Iterable[Incident], commands: Iterable[Command]) -> dict[str, list[dict[str, Any]]]:
@@ -31,8 +27,8 @@ def collate(incidents: Iterable[Incident], commands: Iterable[Command]) -> dict[
     for c in commands:
         if c.id not in seen:
             seen.add(c.id)
-            cmds.append(contract_command(c))
-    return {"incidents": [contract_incident(i) for i in latest.values()], "commands": cmds}
+            cmds.append(_as_json(c))
+    return {"incidents": [_as_json(i) for i in latest.values()], "commands": cmds}
 
 
 def decide_offline(lines: Iterable[bytes | str], policy_path: str | None = None,

@@ -11,7 +11,6 @@ holds one engine path per process, so tests open it while they need it and close
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,9 +26,6 @@ __all__ = ["SCENARIOS", "Replayed", "replayed_archive"]
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "shared" / "scenarios"
 _PARALLEL = 3  # replays at once: each runs its own correlator worker process
-_ATTEMPTS = 2  # a worker that dies while Faust declares its changelog topic is started again
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -38,17 +34,6 @@ class Replayed:
 
     url: str
     runs: dict[str, Run]
-
-
-def _replay_with_retry(capture: Path, settings: Settings) -> Run:
-    for attempt in range(1, _ATTEMPTS + 1):
-        try:
-            return replay(capture, settings)
-        except RuntimeError as exc:
-            if attempt == _ATTEMPTS:
-                raise
-            log.warning("replay of %s failed (attempt %d), retrying: %s", capture.name, attempt, exc)
-    raise AssertionError("unreachable")
 
 
 @pytest.fixture(scope="session")
@@ -62,5 +47,5 @@ def replayed_archive(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFact
                         archive=f"chdb://{data_dir / 'archive'}")
     with ThreadPoolExecutor(_PARALLEL) as pool:
         runs = dict(zip([c.stem for c in captures],
-                        pool.map(lambda c: _replay_with_retry(c, settings), captures), strict=True))
+                        pool.map(lambda c: replay(c, settings), captures), strict=True))
     yield Replayed(settings.archive_url, runs)
