@@ -126,6 +126,7 @@ class ArchiveSink:
         self._admin = AdminClient({k: v for k, v in config.items() if k.startswith(_CONNECTION_SETTINGS)})
         self._consumer.subscribe(list(self.topics))
         self._closed = False
+        self._next_lag = 0.0  # when run() next refreshes the consumer-lag gauge
 
     def close(self) -> None:
         """Leave the consumer group (the archive stays open); idempotent."""
@@ -148,18 +149,26 @@ class ArchiveSink:
         refuses until stop is dropped uncommitted, to be re-delivered later.
         """
         stop = stop or threading.Event()
+
+        def back_off(delay: float) -> bool:
+            self._report_lag_now_and_then()  # the lag grows while the archive is away: alerts must see it
+            return stop.wait(delay)
+
         batch = _Batch()
-        next_lag = time.monotonic()
         while not stop.is_set():
             self._poll(batch, max_batch, max_wait_s)
             if batch.due(max_batch, max_wait_s):
-                self._flush(batch, stop.wait)
+                self._flush(batch, back_off)
                 batch = _Batch()
-            if time.monotonic() >= next_lag:
-                self._report_lag()
-                next_lag = time.monotonic() + _LAG_EVERY_S
+            self._report_lag_now_and_then()
         if batch.size:
-            self._flush(batch, stop.wait)
+            self._flush(batch, back_off)
+
+    def _report_lag_now_and_then(self) -> None:
+        """:meth:`_report_lag`, at most every few seconds."""
+        if time.monotonic() >= self._next_lag:
+            self._report_lag()
+            self._next_lag = time.monotonic() + _LAG_EVERY_S
 
     def _report_lag(self) -> None:
         """Records between the sink's position and each partition's end (Prometheus gauge)."""
@@ -319,7 +328,14 @@ class ArchiveSink:
         positions = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.position(parts)}
         unknown = [tp for tp in parts if positions.get((tp.topic, tp.partition), -1) < 0]
         if unknown:
-            for tp in self._consumer.committed(unknown, timeout=10):
+            try:
+                committed = self._consumer.committed(unknown, timeout=10)
+            except KafkaException as exc:
+                # Joining a group whose last member died waits out its session, and the
+                # coordinator answers nothing else on that connection meanwhile: ask again later.
+                log.debug("archive sink: committed offsets not known yet: %s", exc)
+                committed = []
+            for tp in committed:
                 positions[(tp.topic, tp.partition)] = tp.offset
         for key, end in list(pending.items()):
             if positions.get(key, -1) >= end:
