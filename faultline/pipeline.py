@@ -30,10 +30,12 @@ from faultline.topic_io import (
     delete_namespace_topics,
     read_topic,
 )
-from producers.capture import BadInput, parse_capture_line
+from producers import metrics as producer_metrics
+from producers.capture_reader import OversizedLine, read_capture_lines
+from producers.capture_screen import CaptureScreen, Refused
 from producers.delivery import EventPublisher
 from sinks import metrics
-from streams.decisions import Command, DeadLetter, Incident, StreamEnd
+from streams.decisions import Command, Incident, StreamEnd
 from streams.events import EndOfCapture, Event
 from streams.topics import topic_name
 
@@ -131,24 +133,26 @@ class Run:
         return collate(self.incidents, self.commands)
 
 
-def publish_capture(pub: EventPublisher, lines: Iterable[bytes], on_line: Callable[[int], None] | None = None,
-                    ) -> tuple[int, int, int, datetime | None]:
-    """Parse and publish every line; bad lines become dead letters. Returns (lines, events, bad, last ts)."""
+def publish_capture(pub: EventPublisher, lines: Iterable[bytes | OversizedLine],
+                    on_line: Callable[[int], None] | None = None) -> tuple[int, int, int, datetime | None]:
+    """Screen and publish every line (:mod:`producers.capture_screen`): a good line's events go to
+    the events topic; a bad line (too long, a duplicate, unparsable, a time far from its neighbours')
+    becomes one dead letter naming its line number and why, and counts in
+    ``faultline_dead_letters_total{stage="producer"}`` and ``faultline_capture_bad_lines_total{kind}``.
+    Returns (lines, events, bad lines, the newest event time)."""
     n = events = bad = 0
     last: datetime | None = None
-    for raw in lines:
-        n += 1
-        try:
-            parsed = parse_capture_line(raw)
-        except BadInput as exc:
+    for verdict in CaptureScreen().screen(lines):
+        n = verdict.line
+        if isinstance(verdict, Refused):
             bad += 1
             metrics.DEAD_LETTERS.labels("producer").inc()
-            pub.dead_letter(DeadLetter(stage="producer", reason=f"line {n}: {exc.reason}",
-                                       raw=raw[:10000].decode("utf-8", "replace"), at=datetime.now(UTC)))
+            producer_metrics.BAD_LINES.labels(verdict.error.kind).inc()
+            pub.dead_letter(verdict.dead_letter("producer", datetime.now(UTC)))
             continue
-        pub.publish(parsed)
-        events += len(parsed)
-        for e in parsed:
+        pub.publish(verdict.events)
+        events += len(verdict.events)
+        for e in verdict.events:
             last = e.ts if last is None or e.ts > last else last
         if on_line:
             on_line(n)
@@ -205,7 +209,7 @@ def replay(capture: Path, settings: Settings, keep_topics: bool = False,
     try:
         pub = EventPublisher(conf, run.namespace, settings.cell)
         with capture.open("rb") as f:
-            run.lines, run.events, run.bad, last = publish_capture(pub, f, on_line)
+            run.lines, run.events, run.bad, last = publish_capture(pub, read_capture_lines(f), on_line)
         pub.publish([end_marker(run.lines, last)])
         pub.flush()
         wait_for_end(conf, run.namespace, worker, timeout=120 + run.lines / 500)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
-__all__ = ["DROPPED", "OBSERVATIONS", "PARSE_ERRORS", "SENT", "SOURCE_ERRORS", "SPOOL_BACKLOG", "SPOOLED"]
+__all__ = [
+    "BAD_LINES", "DROPPED", "OBSERVATIONS", "PARSE_ERRORS", "SENT", "SOURCE_ERRORS", "SPOOL_BACKLOG", "SPOOLED",
+]
 
 SENT = Counter(
     "faultline_producer_sent", "Records the broker acknowledged.", ["source"]
@@ -33,3 +35,9 @@ PARSE_ERRORS = Counter(
 OBSERVATIONS = Counter("faultline_agent_observations", "Observations a source produced.", ["source"])
 SOURCE_ERRORS = Counter("faultline_agent_source_errors", "Polls or starts of a source that failed.", ["source"])
 SPOOL_BACKLOG = Gauge("faultline_producer_spool_backlog_bytes", "Bytes in the spool not yet acknowledged.")
+BAD_LINES = Counter(
+    "faultline_capture_bad_lines",
+    "Capture lines set aside as dead letters by the producer, by the rule they broke "
+    "(producers.capture.BAD_KINDS: too_long, duplicate, not_json, bad_timestamp, clock_outlier...).",
+    ["kind"],
+)
