@@ -45,7 +45,7 @@ def parse_trainer_line(line: str) -> Observation | None:
         return None
     try:
         obj = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep for the decoder
         log.warning("trainer_file: not JSON, dropped: %.120s", line)
         return None
     if not isinstance(obj, dict) or obj.get("source") != "trainer" or not isinstance(obj.get("ts"), str):
