@@ -34,14 +34,15 @@ def collate(incidents: Iterable[Incident], commands: Iterable[Command]) -> dict[
 def decide_offline(lines: Iterable[bytes | str], policy_path: str | None = None,
                    on_decisions: Callable[[list[Incident | Command]], None] | None = None,
                    ) -> dict[str, list[dict[str, Any]]]:
-    """Run capture lines through the parsers and the correlator in-process (no broker).
+    """Run capture lines through the capture screen, the parsers and the correlator in-process (no broker).
 
-    The same code the Faust worker runs; used by the tests to check decisions in
-    milliseconds. ``faultline replay`` goes through the real broker instead.
+    The same code `faultline replay` and the Faust worker run (bad lines are
+    refused by the same :class:`~producers.capture_screen.CaptureScreen`), so
+    the decisions agree; used by the tests to check decisions in milliseconds.
     """
     from correlators.engine import Correlator
     from correlators.policy import load_policy
-    from producers.capture import BadInput, parse_capture_line
+    from producers.capture_screen import Accepted, CaptureScreen
     from streams.events import EndOfCapture, Event
 
     engine = Correlator(load_policy(policy_path))
@@ -56,15 +57,12 @@ def decide_offline(lines: Iterable[bytes | str], policy_path: str | None = None,
 
     n = 0
     last = None
-    for raw in lines:
-        n += 1
-        try:
-            events = parse_capture_line(raw)
-        except BadInput:
-            continue
-        for e in events:
-            last = e
-            take(engine.process(e))
+    for verdict in CaptureScreen().screen(raw.encode() if isinstance(raw, str) else raw for raw in lines):
+        n = verdict.line
+        if isinstance(verdict, Accepted):
+            for e in verdict.events:
+                last = e
+                take(engine.process(e))
     if last is not None:
         take(engine.process(Event(id=f"end-{n}", ts=last.ts, source="replay", body=EndOfCapture(lines=n))))
     return collate(incidents, commands)
