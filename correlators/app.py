@@ -87,6 +87,9 @@ def make_app(settings: Settings) -> faust.App:
         # A dead worker's partitions move to a live one after this long (not Faust's default minute).
         broker_session_timeout=10.0,
         broker_heartbeat_interval=2.0,
+        # A rebalance done on stale metadata (a broker that just restarted lists no topics yet) assigns
+        # nothing; the next refresh notices and rejoins: after seconds, not aiokafka's default five minutes.
+        consumer_metadata_max_age_ms=10_000,
         datadir=str(settings.data_dir / "faust"),
     )
     events_topic = topic_name(ns, "events")

@@ -1,0 +1,301 @@
+"""The Kafka broker restarts, twice, while the whole pipeline runs: nothing lost, nothing decided twice.
+
+A broker of the test's own (``LocalKafka``; the shared one is never touched) carries a
+capture's events from the agent's durable path (the disk-spooled publisher) to a real Faust
+correlator worker process, an archive sink and an executor. Mid-stream the broker is
+restarted at once; later, just as the agent hands over the event that makes the first
+decisions, it is stopped, stays away for several seconds and starts again. After the end
+marker:
+
+- every event is on the events topic exactly once, and in the archive exactly once;
+- the decisions (incidents, their categories and states, command ids in order) are those of
+  :func:`faultline.outcome.decide_offline` on the same lines;
+- no decision id is on its topic with two different contents; the archive holds each
+  decision once, and the executor carries each command out once.
+
+"Once" is guaranteed downstream, by id: the archive keeps one row per id (``FINAL``) and the
+executor's at-most-once core skips an id it has settled. Exact copies of a decision on the
+topic (a producer re-sending after a restart) are therefore allowed; they are counted and
+printed with the other figures (run with ``-s``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from deploy.local.kafka import LocalKafka
+from faultline.outcome import collate, decide_offline
+from faultline.pipeline import CorrelatorWorker, end_marker, wait_for_end
+from faultline.settings import Settings
+from faultline.topic_io import create_namespace_topics, read_topic
+from producers.capture import BadInput, parse_capture_line
+from producers.spool import SpoolingPublisher
+from sinks.archive import Archive
+from sinks.archive_sink import SUFFIXES, ArchiveSink
+from sinks.executors.launch import ExecutorOptions, make_executor
+from sinks.executors.runner import ExecutorRunner
+from streams.decisions import Command, CommandResult, DeadLetter, Incident
+from streams.events import Event
+from streams.topics import topic_name
+
+SCENARIO = Path(__file__).resolve().parents[3] / "shared" / "scenarios" / "xid79_multi_node.jsonl"
+DEADLINE_S = 240.0  # generous: JVM starts on a shared two-core machine; nothing asserts on time
+PAUSE_S = 8.0  # how long the broker stays away the second time
+
+pytestmark = [pytest.mark.broker,
+              pytest.mark.skipif(not SCENARIO.is_file(), reason="shared scenarios not present")]
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[LocalKafka]:
+    kafka = LocalKafka(tmp_path / "kafka", heap="256m")
+    kafka.start()
+    try:
+        yield kafka
+    finally:
+        kafka.stop()
+
+
+# --- the stages the test runs in its own process ------------------------------------------
+
+
+class Agent:
+    """A node agent's delivery path: capture lines through the disk spool, in a steady trickle."""
+
+    def __init__(self, conf: dict[str, Any], namespace: str, spool_dir: Path, lines: list[bytes]) -> None:
+        self.pub = SpoolingPublisher(conf, namespace, spool_dir, max_inflight=200, retry_backoff_s=(0.2, 1.0))
+        self.lines = lines
+        self.event_ids: list[str] = []  # handed to the spool, in order
+        self.delivered = False
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="agent", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            last = None
+            for n, raw in enumerate(self.lines, 1):
+                try:
+                    events = parse_capture_line(raw)
+                except BadInput as exc:
+                    self.pub.dead_letter(DeadLetter(stage="producer", reason=exc.reason,
+                                                    raw=raw.decode("utf-8", "replace"), at=datetime.now(UTC)))
+                    continue
+                self.pub.publish(events)
+                self.event_ids += [e.id for e in events]
+                last = events[-1].ts if events else last
+                if n % 40 == 0:
+                    self.pub.pump()
+                    time.sleep(0.05)  # at most ~800 lines/s: the stream outlasts both restarts
+            marker = end_marker(len(self.lines), last)
+            self.pub.publish([marker])
+            self.event_ids.append(marker.id)
+            self.delivered = self.pub.flush(DEADLINE_S)
+            self.pub.close()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+class Recorder:
+    """An executor backend that carries every command out by counting it."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.executed: Counter[str] = Counter()
+
+    def supports(self, cmd_type: str) -> bool:
+        return True
+
+    def plan(self, cmd: Command) -> str:
+        return f"would {cmd.type}"
+
+    def execute(self, cmd: Command) -> str:
+        self.executed[cmd.id] += 1
+        return f"{cmd.type} done"
+
+    def fleet_size(self) -> int | None:
+        return 100
+
+
+class Background:
+    """Runs ``loop(stop)`` in a thread; keeps what it raised."""
+
+    def __init__(self, name: str, loop: Callable[[threading.Event], None]) -> None:
+        self.stop = threading.Event()
+        self.failures: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                loop(self.stop)
+            except BaseException as exc:
+                self.failures.append(exc)
+
+        self.thread = threading.Thread(target=run, name=name, daemon=True)
+        self.thread.start()
+
+    def end(self) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive() and not self.failures, self.failures
+
+
+# --- observation -----------------------------------------------------------------------------
+
+
+def _wait(what: str, done: Callable[[], bool], timeout_s: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"gave up waiting: {what}"
+        time.sleep(0.2)
+
+
+def _caught_up(bootstrap: str, group: str, topics: list[str]) -> bool:
+    """Whether ``group`` has committed every partition of ``topics`` up to its end."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{group}.probe"})
+    try:
+        meta = c.list_topics(timeout=10).topics
+        parts = [TopicPartition(t, p) for t in topics for p in meta[t].partitions]
+        ends = {(tp.topic, tp.partition): c.get_watermark_offsets(tp, timeout=10)[1] for tp in parts}
+    finally:
+        c.close()
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: a dropped client never answers its futures
+    [future] = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, parts)]).values()
+    try:
+        committed = {(tp.topic, tp.partition): tp.offset for tp in future.result(timeout=30).topic_partitions}
+    except KafkaException:  # the coordinator is still loading the group after a restart: not yet
+        return False
+    return all(committed.get(key, -1) >= end for key, end in ends.items() if end > 0)
+
+
+def _first_decision(lines: list[bytes]) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """The offline decisions, and how many events are judged when the first decision is made."""
+    judged: list[bool] = []
+    want = decide_offline(lines, on_decisions=lambda ds: judged.append(bool(ds)))
+    return want, judged.index(True) + 1
+
+
+def _by_id(raw: list[bytes], key: Callable[[bytes], object]) -> dict[object, list[bytes]]:
+    out: dict[object, list[bytes]] = {}
+    for value in raw:
+        out.setdefault(key(value), []).append(value)
+    return out
+
+
+# --- the test --------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_broker_restarts_under_the_whole_pipeline_lose_and_double_nothing(
+        own_broker: LocalKafka, tmp_path: Path) -> None:
+    bootstrap = own_broker.bootstrap
+    ns = f"restart-{uuid.uuid4().hex[:8]}"
+    settings = Settings(kafka=bootstrap, data_dir=tmp_path, namespace=ns)
+    conf = settings.kafka_config(bootstrap)
+    create_namespace_topics(conf, ns, partitions=1)
+    lines = SCENARIO.read_bytes().splitlines()
+    want, first_decision = _first_decision(lines)
+
+    backend = Recorder()
+    executor = ExecutorRunner(make_executor(ExecutorOptions(backend="webhook", state_dir=tmp_path / "executor",
+                                                            fleet_size=100), backend), conf, ns)
+    archive = Archive.open(f"chdb://{tmp_path / 'archive'}")
+    sink = ArchiveSink(archive, bootstrap, ns, consumer_config=conf)
+    worker = CorrelatorWorker(settings, bootstrap, ns)
+    agent = Agent(conf, ns, tmp_path / "spool", lines)
+    stages: list[Background] = []
+    took: list[float] = []
+    try:
+        stages.append(Background("archive-sink", lambda stop: sink.run(stop, max_wait_s=0.2)))
+        stages.append(Background("executor", executor.run))
+        agent.thread.start()
+
+        _wait("a third of the capture", lambda: len(agent.event_ids) >= len(lines) // 3)
+        t = time.monotonic()
+        own_broker.restart()  # straight back up
+        took.append(time.monotonic() - t)
+        _wait("the event of the first decision", lambda: len(agent.event_ids) >= first_decision)
+        t = time.monotonic()
+        own_broker.stop()  # as the worker judges it and publishes its decisions
+        time.sleep(PAUSE_S)  # the agent keeps spooling; the worker, sink and executor keep trying
+        own_broker.start()
+        took.append(time.monotonic() - t)
+
+        agent.thread.join(DEADLINE_S)
+        assert agent.error is None and agent.delivered, f"agent: {agent.error!r}, {agent.pub.backlog()} unsent"
+        assert agent.pub.dropped == 0 and agent.pub.spooled > 0, "events waited on disk while the broker was away"
+        wait_for_end(conf, ns, worker, timeout=DEADLINE_S)
+        _wait("the archive sink commits everything",
+              lambda: _caught_up(bootstrap, f"{ns}.archive", [topic_name(ns, s) for s in SUFFIXES]))
+        _wait("the executor commits every command",
+              lambda: _caught_up(bootstrap, f"{ns}.executor.{executor.executor.name}", [topic_name(ns, "commands")]))
+        assert worker.alive() and not worker.crashed(), worker.tail()
+        worker_log = worker.log_text()
+        for stage in stages:
+            stage.end()
+    finally:
+        for stage in stages:
+            stage.stop.set()
+            stage.thread.join(60)
+        sink.close()
+        executor.close()
+        worker.stop()
+        try:
+            archived = {t: [tuple(r.values()) for r in archive.query(q)] for t, q in (
+                ("events", "SELECT id FROM events FINAL"),
+                ("commands", "SELECT id FROM commands FINAL"),
+                ("incident_versions", "SELECT id, version FROM incident_versions FINAL"))}
+        finally:
+            archive.close()
+
+    # Every event on the topic exactly once, and in the archive exactly once.
+    expected = agent.event_ids
+    assert len(set(expected)) == len(expected)
+    events = _by_id(list(read_topic(conf, topic_name(ns, "events"), timeout=60)),
+                    lambda v: Event.model_validate_json(v).id)
+    assert set(events) == set(expected), f"lost: {len(set(expected) - set(events))}"
+    event_copies = sum(len(v) - 1 for v in events.values())
+    assert event_copies == 0, f"{event_copies} events on the topic more than once"
+    assert sorted(archived["events"]) == sorted((i,) for i in expected), "every event archived once"
+
+    # The decisions are those of an uninterrupted, offline run...
+    raw_incidents = list(read_topic(conf, topic_name(ns, "incidents"), timeout=60))
+    raw_commands = list(read_topic(conf, topic_name(ns, "commands"), timeout=60))
+    got = collate([Incident.model_validate_json(v) for v in raw_incidents],
+                  [Command.model_validate_json(v) for v in raw_commands])
+    assert [(i["id"], i["category"], i["state"]) for i in got["incidents"]] == \
+           [(i["id"], i["category"], i["state"]) for i in want["incidents"]]
+    assert [c["id"] for c in got["commands"]] == [c["id"] for c in want["commands"]]
+
+    # ...each made once: one content per id on the topics, one row per id in the archive, one execution.
+    commands = _by_id(raw_commands, lambda v: Command.model_validate_json(v).id)
+    versions = _by_id(raw_incidents, lambda v: (Incident.model_validate_json(v).id,
+                                                Incident.model_validate_json(v).version))
+    assert all(len(set(v)) == 1 for v in commands.values()), "a command id issued with two contents"
+    assert all(len(set(v)) == 1 for v in versions.values()), "an incident version published with two contents"
+    assert sorted(archived["commands"]) == sorted((c,) for c in commands)
+    assert sorted(archived["incident_versions"]) == sorted(versions)
+    runnable = {c["id"] for c in want["commands"] if not c["requires_approval"]}
+    assert backend.executed == Counter(runnable), "every command carried out exactly once"
+    results = _by_id(list(read_topic(conf, topic_name(ns, "command-results"), timeout=60)),
+                     lambda v: CommandResult.model_validate_json(v).command)
+    assert set(results) == set(commands), "every command has its result"
+
+    print(f"\nbroker restart: events={len(expected)} restarts=2 (back after {took[0]:.1f}s; "
+          f"{took[1]:.1f}s incl. {PAUSE_S:.0f}s away, at event {first_decision}) lost=0 "
+          f"event_copies_topic={event_copies} event_copies_archive=0 incidents={len(got['incidents'])} "
+          f"commands={len(commands)} executed={sum(backend.executed.values())} "
+          f"command_copies_topic={sum(len(v) - 1 for v in commands.values())} "
+          f"incident_version_copies_topic={sum(len(v) - 1 for v in versions.values())} "
+          f"result_copies_topic={sum(len(v) - 1 for v in results.values())} "
+          f"worker_rebuilt={'rebuilt the state' in worker_log}")
