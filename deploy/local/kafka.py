@@ -38,10 +38,12 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+
+from deploy.local.kafka_security import BrokerAuth, write_private
 
 __all__ = [
     "DEFAULT_PORT",
@@ -189,6 +191,12 @@ def _new_cluster_id() -> str:
     return base64.urlsafe_b64encode(bytes(raw)).rstrip(b"=").decode("ascii")
 
 
+def _argfile_line(arg: str) -> str:
+    """``arg`` as one line of a ``java @argfile``: quoted, with backslashes and quotes escaped."""
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"\n'
+
+
 def _last_lines(text: str, count: int = 40) -> str:
     """The last ``count`` lines of ``text``."""
     return "\n".join(text.splitlines()[-count:])
@@ -206,7 +214,9 @@ def _log_tail(log: Path, count: int = 40) -> str:
     return f"--- last lines of {log} ---\n{_last_lines(text, count)}"
 
 
-def _broker_answers(bootstrap: str, attempts: int, is_alive: Callable[[], bool], deadline: float) -> bool:
+def _broker_answers(
+    bootstrap: str, attempts: int, is_alive: Callable[[], bool], deadline: float, security: dict[str, Any] | None = None
+) -> bool:
     """Poll ``bootstrap`` with an AdminClient until it lists metadata, the deadline or death."""
     admin = AdminClient(
         {
@@ -214,6 +224,7 @@ def _broker_answers(bootstrap: str, attempts: int, is_alive: Callable[[], bool],
             "socket.connection.setup.timeout.ms": 2000,
             "reconnect.backoff.max.ms": 500,
             "log_level": 0,  # connection-refused noise while the JVM boots
+            **(security or {}),
         }
     )
     for _ in range(attempts):
@@ -229,11 +240,13 @@ def _broker_answers(bootstrap: str, attempts: int, is_alive: Callable[[], bool],
     return False
 
 
-def _wait_until_ready(bootstrap: str, timeout: float, is_alive: Callable[[], bool], log: Path) -> None:
+def _wait_until_ready(
+    bootstrap: str, timeout: float, is_alive: Callable[[], bool], log: Path, security: dict[str, Any] | None = None
+) -> None:
     """Block until the broker answers metadata requests; raise with the log tail if it does not."""
     deadline = time.monotonic() + timeout
     attempts = int(timeout / _POLL_INTERVAL_S) + 1
-    if _broker_answers(bootstrap, attempts, is_alive, deadline):
+    if _broker_answers(bootstrap, attempts, is_alive, deadline, security):
         return
     if not is_alive():
         raise KafkaLaunchError(f"the Kafka broker exited during startup.\n{_log_tail(log)}")
@@ -251,6 +264,8 @@ class LocalKafka:
     ``data_dir`` holds ``server.properties``, the log directories and ``broker.log``; storage
     is formatted only the first time a data dir is used, so a restart keeps earlier messages.
     ``port`` / ``controller_port`` default to free loopback ports chosen at construction.
+    ``auth`` (:class:`~deploy.local.kafka_security.BrokerAuth`) makes clients authenticate with
+    SCRAM-SHA-512 and, by default, turns ACLs on; clients then need :meth:`client_config`.
     """
 
     def __init__(
@@ -259,24 +274,31 @@ class LocalKafka:
         port: int | None = None,
         controller_port: int | None = None,
         heap: str = "384m",
+        auth: BrokerAuth | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port if port is not None else _free_port()
         self.controller_port = controller_port if controller_port is not None else _free_port(self.port)
         self.heap = heap
+        self.auth = auth
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_handle: IO[bytes] | None = None
 
     def __repr__(self) -> str:
         return (
             f"LocalKafka(data_dir={str(self.data_dir)!r}, port={self.port}, "
-            f"controller_port={self.controller_port}, heap={self.heap!r}, running={self.is_running()})"
+            f"controller_port={self.controller_port}, heap={self.heap!r}, auth={self.auth!r}, "
+            f"running={self.is_running()})"
         )
 
     @property
     def bootstrap(self) -> str:
         """The ``host:port`` clients should use as ``bootstrap.servers``."""
         return f"{_LOOPBACK}:{self.port}"
+
+    def client_config(self) -> dict[str, Any]:
+        """librdkafka settings an admin client needs here: the bootstrap, and the admin's credentials."""
+        return {"bootstrap.servers": self.bootstrap, **(self.auth.client_config() if self.auth else {})}
 
     @property
     def log_path(self) -> Path:
@@ -299,7 +321,7 @@ class LocalKafka:
         )
         atexit.register(self.stop)
         try:
-            _wait_until_ready(self.bootstrap, timeout, self.is_running, self.log_path)
+            _wait_until_ready(self.bootstrap, timeout, self.is_running, self.log_path, self.client_config())
         except KafkaLaunchError:
             self.stop()
             raise
@@ -349,7 +371,7 @@ class LocalKafka:
             )
         libs = ensure_jars()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(self._server_properties())
+        write_private(self.config_path, self._server_properties())  # with auth, it holds the admin's password
         if not (self._log_dir / "meta.properties").exists():
             self._format_storage(libs)
         return [
@@ -396,13 +418,24 @@ class LocalKafka:
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
         }
+        if self.auth is not None:
+            settings.update(self.auth.server_properties(_LOOPBACK, self.port, self.controller_port))
         return "".join(f"{key}={value}\n" for key, value in settings.items())
 
     def _format_storage(self, libs: Path) -> None:
         """Format the KRaft log dir with a fresh cluster id (first start of a data dir only)."""
         format_args = ["format", "-t", _new_cluster_id(), "-c", str(self.config_path)]
-        command = [*self._java(libs), "kafka.tools.StorageTool", *format_args]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=_FORMAT_TIMEOUT_S)
+        if self.auth is not None:
+            format_args += self.auth.format_arguments()
+        # Through a private `java @argfile` (main class and arguments), never argv: with auth they
+        # hold the admin's password, and any local user can read a command line.
+        argfile = self.data_dir / "format.args"
+        write_private(argfile, "".join(_argfile_line(arg) for arg in ["kafka.tools.StorageTool", *format_args]))
+        command = [*self._java(libs), f"@{argfile}"]
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=_FORMAT_TIMEOUT_S)
+        finally:
+            argfile.unlink(missing_ok=True)
         if result.returncode != 0:
             raise KafkaLaunchError(
                 f"formatting Kafka storage in {self._log_dir} failed (exit {result.returncode}); "
