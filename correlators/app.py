@@ -27,6 +27,7 @@ import faust
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from pydantic import ValidationError
 
+from correlators.broker_auth import faust_credentials
 from correlators.engine import Correlator
 from correlators.policy import load_policy
 from faultline.settings import Settings
@@ -78,6 +79,7 @@ def make_app(settings: Settings) -> faust.App:
     app = faust.App(
         f"faultline-correlator.{ns}",
         broker=f"kafka://{bootstrap}",
+        broker_credentials=faust_credentials(settings),  # FAULTLINE_KAFKA_SECURITY_PROTOCOL and SASL_*
         store="memory://",
         web_enabled=False,
         topic_allow_declare=True,  # the changelog of `emitted`; our own topics exist already

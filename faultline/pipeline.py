@@ -73,7 +73,8 @@ class CorrelatorWorker:
     a ``name`` of its own when several run from one data dir, so each logs to its own file.
     """
 
-    def __init__(self, settings: Settings, bootstrap: str, namespace: str, name: str | None = None) -> None:
+    def __init__(self, settings: Settings, bootstrap: str, namespace: str, name: str | None = None,
+                 log_level: str = "warn") -> None:
         env = {**os.environ, "FAULTLINE_KAFKA": bootstrap, "FAULTLINE_NAMESPACE": namespace,
                "FAULTLINE_CELL": settings.cell,
                "FAULTLINE_DATA_DIR": str(settings.data_dir), "PYTHONUNBUFFERED": "1",
@@ -82,13 +83,20 @@ class CorrelatorWorker:
             env["FAULTLINE_POLICY"] = str(settings.policy)
         if settings.signing_keys:
             env["FAULTLINE_SIGNING_KEYS"] = settings.signing_keys.get_secret_value()
+        # Broker credentials by environment, never argv (any local user can read a command line):
+        # these settings' own, not whatever FAULTLINE_KAFKA_* this process inherited.
+        for key, value in settings.kafka_security_env().items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
         logdir = settings.data_dir / "logs"
         logdir.mkdir(parents=True, exist_ok=True)
         self.log_path = logdir / f"worker-{namespace}{f'-{name}' if name else ''}.log"
         self._start = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._log = self.log_path.open("ab")  # a restarted worker appends to its namespace's log
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "correlators.app", "worker", "-l", "warn", "--without-web"],
+            [sys.executable, "-m", "correlators.app", "worker", "-l", log_level, "--without-web"],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streams.cells import DEFAULT_CELL, check_cell
@@ -17,10 +17,13 @@ from streams.signing import SigningKeys
 __all__ = ["Settings", "REPO_ROOT"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FAULTLINE_", env_file=".env", extra="ignore")
+    # hide_input_in_errors: a validation error would otherwise print every setting, secrets included.
+    model_config = SettingsConfigDict(env_prefix="FAULTLINE_", env_file=".env", extra="ignore",
+                                      hide_input_in_errors=True)
 
     kafka: str | None = Field(
         None, description="Kafka bootstrap servers (host:port,...). Unset: start/reuse the local broker.")
@@ -33,10 +36,17 @@ class Settings(BaseSettings):
     archive: str | None = Field(
         None, description="ClickHouse: chdb:///path (embedded) or http(s)://host:8123. Unset: <data_dir>/archive.")
     policy: Path | None = Field(None, description="Correlator policy YAML merged over the defaults.")
-    kafka_security_protocol: str = Field("PLAINTEXT", description="PLAINTEXT, SASL_PLAINTEXT, SASL_SSL or SSL.")
-    kafka_sasl_mechanism: str | None = Field(None, description="e.g. SCRAM-SHA-512.")
-    kafka_username: str | None = None
-    kafka_password: SecretStr | None = None
+    kafka_security_protocol: str = Field(
+        "PLAINTEXT", description="PLAINTEXT, SASL_PLAINTEXT, SASL_SSL or SSL (TLS with the system CAs). Every "
+        "client honours it: confluent-kafka (kafka_config) and the Faust worker (correlators/broker_auth.py).")
+    kafka_sasl_mechanism: str | None = Field(
+        None, description="With SASL_*: SCRAM-SHA-512 (recommended), SCRAM-SHA-256 or PLAIN.")
+    kafka_username: str | None = Field(
+        None, description="With SASL_*: this service's own Kafka user (deploy/acls.py grants each service "
+        "what it needs: faultline-agent, -operator, -correlator, -sink, -executor).")
+    kafka_password: SecretStr | None = Field(
+        None, description="With SASL_*: the user's password. From the environment or a mounted secret; "
+        "never printed, never on a command line.")
     live_clock: bool = Field(
         False, description="Worker: also advance event time with the wall clock (live, not replay), so "
         "debounce and settle windows close without waiting for the next event.")
@@ -54,11 +64,31 @@ class Settings(BaseSettings):
     def _cell_name(cls, v: str) -> str:
         return check_cell(v)
 
-    @field_validator("kafka", "archive", "policy", mode="before")
+    @field_validator("kafka", "archive", "policy", "kafka_sasl_mechanism", mode="before")
     @classmethod
     def _empty_is_unset(cls, v: object) -> object:
         """``FAULTLINE_POLICY=`` (empty, as compose files write it) means unset, not the current directory."""
         return None if v == "" else v
+
+    @field_validator("kafka_security_protocol", mode="after")
+    @classmethod
+    def _known_protocol(cls, v: str) -> str:
+        if v.upper() not in _PROTOCOLS:
+            raise ValueError(f"unknown Kafka security protocol {v!r}; use one of {', '.join(_PROTOCOLS)}")
+        return v.upper()
+
+    @model_validator(mode="after")
+    def _sasl_is_complete(self) -> Settings:
+        """SASL without a mechanism, user or password would fail later, at the broker, less clearly."""
+        if self.kafka_security_protocol.startswith("SASL_"):
+            needed = ["kafka_sasl_mechanism"]
+            if self.kafka_sasl_mechanism in (None, "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+                needed += ["kafka_username", "kafka_password"]
+            missing = [f"FAULTLINE_{name.upper()}" for name in needed if not getattr(self, name)]
+            if missing:
+                raise ValueError(f"FAULTLINE_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol} needs "
+                                 f"{', '.join(missing)} too")
+        return self
 
     def signing(self) -> SigningKeys | None:
         return SigningKeys.parse(self.signing_keys.get_secret_value()) if self.signing_keys else None
@@ -66,6 +96,18 @@ class Settings(BaseSettings):
     @property
     def archive_url(self) -> str:
         return self.archive or f"chdb://{(self.data_dir / 'archive').resolve()}"
+
+    def kafka_security_env(self) -> dict[str, str | None]:
+        """The ``FAULTLINE_KAFKA_*`` variables that give a child process these broker credentials (None: unset).
+
+        For processes we start (the Faust worker): by environment, because a command line is public.
+        """
+        return {
+            "FAULTLINE_KAFKA_SECURITY_PROTOCOL": self.kafka_security_protocol,
+            "FAULTLINE_KAFKA_SASL_MECHANISM": self.kafka_sasl_mechanism,
+            "FAULTLINE_KAFKA_USERNAME": self.kafka_username,
+            "FAULTLINE_KAFKA_PASSWORD": self.kafka_password.get_secret_value() if self.kafka_password else None,
+        }
 
     def kafka_config(self, bootstrap: str) -> dict[str, Any]:
         """librdkafka settings for confluent-kafka clients (secrets included: never log this)."""

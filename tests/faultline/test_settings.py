@@ -1,0 +1,48 @@
+"""Broker security settings: validated at start, passed on by environment, never shown."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from faultline.settings import Settings
+
+SECRET = "hunter2-but-longer"
+
+
+def test_sasl_without_its_parts_is_refused_naming_them_and_not_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAULTLINE_KAFKA_SECURITY_PROTOCOL", "sasl_plaintext")
+    monkeypatch.setenv("FAULTLINE_KAFKA_PASSWORD", SECRET)
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+    message = str(refused.value)
+    assert "FAULTLINE_KAFKA_SASL_MECHANISM" in message and "FAULTLINE_KAFKA_USERNAME" in message
+    assert SECRET not in message
+
+
+def test_an_unknown_protocol_is_refused() -> None:
+    with pytest.raises(ValidationError, match="PLAINTEXT, SASL_PLAINTEXT, SASL_SSL, SSL"):
+        Settings(kafka_security_protocol="TLS")
+
+
+def test_an_empty_mechanism_means_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAULTLINE_KAFKA_SASL_MECHANISM", "")  # as compose files and overlays write it
+    settings = Settings()
+    assert settings.kafka_sasl_mechanism is None
+    assert "sasl.mechanism" not in settings.kafka_config("k:9092")
+
+
+def test_credentials_reach_clients_and_child_processes_but_no_printout() -> None:
+    settings = Settings(kafka_security_protocol="SASL_SSL", kafka_sasl_mechanism="SCRAM-SHA-512",
+                        kafka_username="faultline-sink", kafka_password=SECRET)
+    assert settings.kafka_config("k:9093") == {"bootstrap.servers": "k:9093", "security.protocol": "SASL_SSL",
+                                               "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "faultline-sink",
+                                               "sasl.password": SECRET}
+    assert settings.kafka_security_env() == {"FAULTLINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+                                             "FAULTLINE_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+                                             "FAULTLINE_KAFKA_USERNAME": "faultline-sink",
+                                             "FAULTLINE_KAFKA_PASSWORD": SECRET}
+    for shown in (repr(settings), str(settings), settings.model_dump_json()):
+        assert SECRET not in shown
+    plain = Settings(kafka_security_protocol="PLAINTEXT").kafka_security_env()
+    assert plain["FAULTLINE_KAFKA_PASSWORD"] is None and plain["FAULTLINE_KAFKA_USERNAME"] is None
