@@ -29,6 +29,7 @@ EXAMPLES = {
     "approve": "faultline approve cmd-3f2a9c41 --by alice --reason 'job checkpointed; reboot is safe'",
     "deny": "faultline deny cmd-3f2a9c41 --by alice --reason 'the RMA visit tomorrow replaces the board'",
     "topics": "FAULTLINE_KAFKA=kafka:9092 faultline topics apply --dry-run",
+    "acls": "FAULTLINE_KAFKA_USERNAME=admin faultline acls apply --dry-run",
     "sink": "FAULTLINE_ARCHIVE=http://clickhouse:8123 faultline sink run",
     "capture": "faultline capture --config producers/agent.example.yaml --out node.jsonl --seconds 600",
     "quarantine": "faultline quarantine n03:2 --reason 'XID 48 twice this week' --by alice",
@@ -126,6 +127,12 @@ def _parser() -> argparse.ArgumentParser:
     tp.add_argument("action", choices=["plan", "apply"])
     tp.add_argument("--dry-run", action="store_true", help="apply: say what would change; change nothing")
     tp.add_argument("--gpus", type=int, default=10_000, help="GPUs in the fleet (cell) to size for (10000)")
+
+    ac = add("acls", "Print the namespace's Kafka ACLs per service (deploy/acls.py), or apply them as the admin.")
+    ac.add_argument("action", choices=["plan", "apply"])
+    ac.add_argument("--dry-run", action="store_true", help="apply: say what would be created; change nothing")
+    ac.add_argument("--user", action="append", default=[], metavar="SERVICE=NAME",
+                    help="a service's Kafka user when not faultline-<service> (repeatable)")
     return p
 
 
@@ -194,6 +201,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return _decide(args, settings)
     if args.cmd == "topics":
         return _topics(args, settings)
+    if args.cmd == "acls":
+        return _acls(args, settings)
     return 2
 
 
@@ -297,6 +306,23 @@ def _topics(args: argparse.Namespace, settings: Settings) -> int:
 
     actions = apply_plan(settings.kafka_config(ensure_broker(settings)), plan, dry_run=args.dry_run)
     print(render_actions(actions, args.dry_run))
+    return 0
+
+
+def _acls(args: argparse.Namespace, settings: Settings) -> int:
+    """``faultline acls plan|apply``: deploy/acls.py's grants; apply only adds what is missing."""
+    from deploy.acls import acl_plan, apply_acls, render_plan
+
+    users = dict(u.split("=", 1) for u in args.user if "=" in u)
+    if len(users) != len(args.user):
+        raise ValueError("--user takes SERVICE=NAME, e.g. --user sink=archive-writer")
+    grants = acl_plan(settings.namespace, users)
+    if args.action == "plan":
+        print(render_plan(grants))
+        return 0
+    from faultline.pipeline import ensure_broker
+
+    print("\n".join(apply_acls(settings.kafka_config(ensure_broker(settings)), grants, dry_run=args.dry_run)))
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +13,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from streams.topics import TOPICS, topic_name
 
 __all__ = ["ensure_topic", "create_namespace_topics", "delete_namespace_topics", "read_topic", "BrokerUnreachable", "check_broker"]
+
+
+log = logging.getLogger("faultline.topics")
 
 
 class BrokerUnreachable(RuntimeError):
@@ -52,7 +56,11 @@ def create_namespace_topics(conf: dict[str, Any], namespace: str, partitions: in
         try:
             fut.result(timeout=30)
         except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+            if "TOPIC_AUTHORIZATION_FAILED" in str(exc):
+                # A least-privilege user (deploy/acls.py) uses topics the admin created; Kafka says
+                # "not authorized" whether or not the topic exists, so a missing one shows up on first use.
+                log.info("not allowed to create %s; assuming the admin did (`faultline topics apply`)", name)
+            elif "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise RuntimeError(f"could not create topic {name}: {exc}") from exc
     return names
 
