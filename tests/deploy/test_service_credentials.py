@@ -1,0 +1,69 @@
+"""Every deployment gives each stage the Kafka user that deploy/acls.py grants its job, and a password of its own.
+
+Compose is read as YAML (anchors and merge keys resolved, no engine needed); Kubernetes is
+rendered with the overlays' tools when they are installed (as tests/deploy/test_kubernetes.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from deploy.acls import DEFAULT_USERS
+from deploy.kubernetes.validate import find_tools, overlays, render
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE = REPO / "deploy" / "compose" / "compose.yaml"
+COMPOSE_STAGES = {"agent": "agent", "agent-gpu": "agent", "correlator": "correlator", "sink": "sink",
+                  "executor": "executor", "executor-slurm": "executor"}
+
+
+def test_compose_stages_log_in_as_their_own_users() -> None:
+    services: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())["services"]
+    passwords: dict[str, str] = {}
+    for name, service in COMPOSE_STAGES.items():
+        env = services[name]["environment"]
+        assert env["FAULTLINE_KAFKA_USERNAME"] == DEFAULT_USERS[service], name
+        passwords.setdefault(service, env["FAULTLINE_KAFKA_PASSWORD"])
+        assert env["FAULTLINE_KAFKA_PASSWORD"] == passwords[service], name  # one user, one password
+    assert len(set(passwords.values())) == len(passwords)  # no two services share a password
+    topics = services["topics"]["environment"]
+    assert (topics["FAULTLINE_KAFKA_USERNAME"], topics["FAULTLINE_KAFKA_PASSWORD"]) == \
+           ("${KAFKA_ADMIN_USER:-faultline-admin}", "${KAFKA_ADMIN_PASSWORD:-}")  # creating topics is the admin's
+    assert all(p.startswith("${KAFKA_") and p.endswith(":-}") for p in passwords.values())  # from .env only
+
+
+def _kubernetes(overlay: Path) -> list[dict[str, Any]]:
+    tools = find_tools()
+    if tools is None:
+        pytest.skip("kustomize/kubectl not installed (deploy/local/setup.sh builds them into .tools/bin)")
+    return [o for o in yaml.safe_load_all(render(tools, overlay)) if o]
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {v["name"]: v.get("value") or v.get("valueFrom", {}).get("secretKeyRef", {}).get("key")
+            for v in container.get("env", [])}
+
+
+@pytest.mark.parametrize("overlay", overlays(), ids=lambda p: p.name)
+def test_kubernetes_stages_log_in_as_their_own_users(overlay: Path) -> None:
+    objects = _kubernetes(overlay)
+    config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("faultline-config"))
+    assert "FAULTLINE_KAFKA_USERNAME" not in config["data"]  # no shared user to fall back on
+    keys: dict[str, str] = {}
+    for o in objects:
+        if o["kind"] not in ("Deployment", "DaemonSet"):
+            continue
+        stage = o["metadata"]["name"].removeprefix("faultline-")
+        spec = o["spec"]["template"]["spec"]
+        env = _env(spec["containers"][0])
+        assert env["FAULTLINE_KAFKA_USERNAME"] == DEFAULT_USERS[stage], stage
+        keys[stage] = env["FAULTLINE_KAFKA_PASSWORD"]
+        for init in spec.get("initContainers", []):
+            if init["name"] == "topics":
+                assert _env(init)["FAULTLINE_KAFKA_USERNAME"] == "faultline-admin", stage
+                assert _env(init)["FAULTLINE_KAFKA_PASSWORD"] == "kafka-password-admin", stage
+    assert keys == {stage: f"kafka-password-{stage}" for stage in ("agent", "correlator", "sink", "executor")}
