@@ -1,76 +1,115 @@
 """The Faust worker: a thin adapter that feeds the events topic to the pure correlator.
 
 Run it with ``faultline worker`` (or ``python -m correlators.app worker``).
-Configuration comes from ``FAULTLINE_*`` (see :mod:`faultline.settings`).
+Configuration comes from ``FAULTLINE_*`` (see :mod:`faultline.settings`); the
+app is built when the worker starts (:func:`main`), not at import.
 
-State and restarts. The correlator is deterministic: the same events give the
-same state and the same decisions (with the same ids). So a worker that starts
-on a partition someone else was consuming (a crash, a rebalance) first rebuilds
-its state by reading that partition from the beginning up to where it takes
-over, silently; then it goes on. A changelog-backed table, ``emitted``, records
-per partition the offset whose decisions were last published, so events that
-were processed before a crash but not yet committed are judged again without
-publishing their decisions twice. Whatever slips through (a crash between a
-publish and the table update) repeats a decision with the same id, which every
-consumer treats as a duplicate.
+Scale-out. Events are keyed by cell (:mod:`streams.cells`), so a cell's events
+are in one partition; the workers of one namespace form one consumer group and
+share the partitions. A worker holds one engine per cell of each partition it
+is assigned (:mod:`correlators.partitions`), picked by the record's key.
+
+State and takeovers. The correlator is deterministic: the same events give the
+same state and the same decisions (with the same ids). So a worker that gets a
+partition it holds no state for (a start, a crash elsewhere, a rebalance), or
+that sees the partition continue past where its own state ends (another worker
+judged the records in between), first rebuilds that partition's state by
+reading it from the log start up to where it takes over, silently; then it goes
+on. A partition that is revoked is dropped, so one assigned back later is
+rebuilt, never judged on stale state.
+
+Publishing exactly what was not published. A changelog-backed table,
+``emitted``, records per partition the offset whose decisions were last
+published; it is written only after the broker acknowledged those decisions.
+Records at or below it are judged again on a takeover without publishing
+their decisions twice; records above it publish theirs, so none is skipped.
+What can still slip through (a crash after the acknowledgement but before the
+table's own write) repeats a decision with the same id, which every consumer
+treats as a duplicate.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import faust
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from faust.types import TP, Message
 from pydantic import ValidationError
 
 from correlators.broker_auth import faust_credentials
 from correlators.engine import Correlator
+from correlators.partitions import Folded, Judged, PartitionState, Step, WorkerState, fold
 from correlators.policy import load_policy
 from faultline.settings import Settings
-from faultline.topic_io import ensure_topic
+from faultline.topic_io import ensure_topic, grow_topic, topic_partitions
 from sinks import metrics as m
 from streams.decisions import Command, DeadLetter, Incident, StreamEnd
-from streams.events import EndOfCapture, Event
+from streams.events import Event
 from streams.signing import sign
 from streams.topics import topic_name
 
-__all__ = ["app", "make_app", "rebuild"]
+__all__ = ["main", "make_app", "rebuild"]
 
 log = logging.getLogger("faultline.correlator")
 
 
-def rebuild(engine: Correlator, conf: dict[str, Any], topic: str, partition: int, upto: int) -> int:
-    """Feed ``engine`` every event of ``topic[partition]`` below offset ``upto``, discarding decisions."""
-    c = Consumer({**conf, "group.id": f"faultline-rebuild-{topic}", "enable.auto.commit": False})
-    n = 0
+def rebuild(state: PartitionState, conf: dict[str, Any], topic: str, group: str, upto: int, after: int,
+            idle_s: float = 60.0) -> tuple[Folded, int]:
+    """Judge every record of ``topic[state.partition]`` past the state's position and below ``upto``.
+
+    From the log start for a new state. Blocking (run it off the event loop). Returns what was
+    folded in (with the outcomes past ``after`` still to publish) and ``group``'s committed
+    offset for the partition (-1: none), read without joining the group.
+    """
+    tp = TopicPartition(topic, state.partition)
+    c = Consumer({**conf, "group.id": group, "enable.auto.commit": False})
     try:
-        c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])  # the log start, after retention too
+        committed = c.committed([tp], timeout=30)[0].offset
+        low, _ = c.get_watermark_offsets(tp, timeout=30)
+        folded = Folded()
+        start = max(low, state.position + 1)
+        if start >= upto:  # nothing left below it (a new partition, or retention deleted it)
+            state.fast_forward(upto)
+            return folded, committed
+        c.assign([TopicPartition(topic, state.partition, start if state.position >= 0 else OFFSET_BEGINNING)])
         idle_since = time.monotonic()
         while True:
-            msgs = c.consume(1000, timeout=1.0)
+            msgs = [msg for msg in c.consume(1000, timeout=1.0) if not msg.error()]
             if not msgs:
-                if time.monotonic() - idle_since > 60:
-                    raise TimeoutError(f"rebuilding from {topic}[{partition}]: no records before offset {upto}")
+                if time.monotonic() - idle_since > idle_s:
+                    raise TimeoutError(f"reading {topic}[{state.partition}]: no records before offset {upto}")
                 continue
             idle_since = time.monotonic()
-            for m in msgs:
-                if m.error() or (m.offset() or 0) >= upto:
-                    continue
-                value = m.value()
-                if value is not None:
-                    try:
-                        engine.process(Event.model_validate_json(value))
-                        n += 1
-                    except ValidationError:
-                        pass  # it went to the dead letters the first time
+            fold(state, ((msg.offset() or 0, msg.key(), msg.value()) for msg in msgs), upto,
+                 Event.model_validate_json, after, folded)
             if (msgs[-1].offset() or 0) >= upto - 1:
-                return n
+                state.fast_forward(upto)
+                return folded, committed
     finally:
         c.close()
+
+
+def _partitions_of(conf: dict[str, Any], events_topic: str, changelog: str) -> int:
+    """The events topic's partition count; the ``emitted`` changelog made to match it (Faust requires it)."""
+    n = topic_partitions(conf, events_topic)
+    if n is None:
+        raise RuntimeError(f"topic {events_topic} does not exist: create the namespace's topics first "
+                           "(`faultline topics apply`, or let the deployment's topics job run)")
+    # Created here, before Faust looks for it: Faust's own declaration races its first write.
+    ensure_topic(conf, changelog, n, {"cleanup.policy": "compact"})
+    grow_topic(conf, changelog, n)  # events partitions were added since it was created
+    have = topic_partitions(conf, changelog)
+    if have != n:
+        raise RuntimeError(f"{changelog} has {have} partitions but {events_topic} has {n}; they must match. "
+                           "Delete the changelog topic (it is rebuilt) and start the worker again.")
+    return n
 
 
 def make_app(settings: Settings) -> faust.App:
@@ -95,23 +134,29 @@ def make_app(settings: Settings) -> faust.App:
         datadir=str(settings.data_dir / "faust"),
     )
     events_topic = topic_name(ns, "events")
+    conf = settings.kafka_config(bootstrap)
+    partitions = _partitions_of(conf, events_topic, f"{app.conf.id}-emitted-changelog")
     events = app.topic(events_topic, value_serializer="raw", key_serializer="raw")
     out = {s: app.topic(topic_name(ns, s), value_serializer="raw", key_serializer="raw")
            for s in ("incidents", "commands", "deadletters", "control")}
-    # Created here, before Faust looks for it: Faust's own declaration races its first write.
-    ensure_topic(settings.kafka_config(bootstrap), f"{app.conf.id}-emitted-changelog", 1, {"cleanup.policy": "compact"})
-    emitted = app.Table("emitted", default=lambda: -1, partitions=1, key_type=str, value_type=int)
-    engine = Correlator(load_policy(settings.policy))
-    rebuilt: set[int] = set()
+    emitted = app.Table("emitted", default=lambda: -1, partitions=partitions, key_type=str, value_type=int)
+    policy = load_policy(settings.policy)
+    held = WorkerState()
 
-    async def send(suffix: str, key: str, value: bytes) -> None:
-        await out[suffix].send(key=key.encode(), value=value)
+    def new_state(partition: int) -> PartitionState:
+        return PartitionState(partition, lambda: Correlator(policy), settings.cell)
+
+    async def send(suffix: str, key: str, value: bytes) -> Any:
+        """Hand one record to the producer; the returned future resolves when the broker has it."""
+        fut = await out[suffix].send(key=key.encode(), value=value)
         m.RECORDS_OUT.labels("correlator", suffix).inc()
+        return fut
 
     keys = settings.signing()
     ttl = timedelta(seconds=settings.command_ttl_s)
 
-    async def publish(decisions: list[Incident | Command]) -> None:
+    async def publish(engine: Correlator, decisions: Iterable[Incident | Command]) -> list[Any]:
+        pending = []
         for d in decisions:
             if isinstance(d, Command):
                 if keys is not None:
@@ -120,7 +165,18 @@ def make_app(settings: Settings) -> faust.App:
                 inc = engine.incidents.get(d.incident)
                 if settings.live_clock and inc is not None:
                     m.observe_detection_to_command(d.type, inc.opened_at)
-            await send("incidents" if isinstance(d, Incident) else "commands", d.id, d.model_dump_json().encode())
+            pending.append(await send("incidents" if isinstance(d, Incident) else "commands", d.id,
+                                      d.model_dump_json().encode()))
+        return pending
+
+    async def follow_assignment(_app: faust.App, assigned: set[TP], **_: Any) -> None:
+        """Drop the state of partitions another worker has now; one assigned back later is rebuilt."""
+        mine = {tp.partition for tp in assigned if tp.topic == events_topic}
+        dropped = held.keep_only(mine)
+        log.warning("assigned events partitions %s of %s%s", sorted(mine), events_topic,
+                    f"; dropped the state of {dropped}" if dropped else "")
+
+    app.on_partitions_assigned.connect(follow_assignment)  # type: ignore[arg-type]  # mode types receivers as *args
 
     @app.task
     async def serve_metrics() -> None:
@@ -131,62 +187,114 @@ def make_app(settings: Settings) -> faust.App:
 
     @app.timer(interval=5.0)
     async def gauges() -> None:
-        """Open incidents by category and severity, every few seconds (not per event: a hot path)."""
+        """Open incidents by category and severity over every cell held, every few seconds (not per event)."""
         counts: dict[tuple[str, str], int] = {}
-        for inc in engine.incidents.values():
-            if inc.state not in ("resolved", "closed"):
-                counts[(inc.category, inc.severity)] = counts.get((inc.category, inc.severity), 0) + 1
+        newest: datetime | None = None
+        for engine in held.engines():
+            for inc in engine.incidents.values():
+                if inc.state not in ("resolved", "closed"):
+                    counts[(inc.category, inc.severity)] = counts.get((inc.category, inc.severity), 0) + 1
+            if engine.clock is not None and (newest is None or engine.clock > newest):
+                newest = engine.clock
         m.set_incidents_open(counts)
-        if engine.clock is not None:
-            m.EVENT_TIME.labels("correlator").set(engine.clock.timestamp())
+        if newest is not None:
+            m.EVENT_TIME.labels("correlator").set(newest.timestamp())
 
     if settings.live_clock:
         @app.timer(interval=0.05)
         async def tick() -> None:
             """Live: event time follows the wall clock too, so debounce and settle windows close on time."""
-            await publish(engine.advance_to(datetime.now(UTC)))
+            now = datetime.now(UTC)
+            for engine in held.engines():
+                await publish(engine, engine.advance_to(now))
 
     in_count = m.RECORDS_IN.labels("correlator", "events")
 
+    started: dict[int, float] = {}  # per partition: when the current capture's first event came
+
+    async def settle(state: PartitionState, judged: Judged) -> None:
+        """Publish what a record led to, unless it was published before (by any worker); then record it.
+
+        Decisions are acknowledged by the broker before ``emitted`` says so, and a capture's end
+        marker goes out after every decision it follows, so a reader of ``control`` finds them.
+        """
+        part = state.partition
+        if not judged.says_anything:
+            return
+        if judged.offset <= emitted[str(part)]:
+            if judged.end:
+                started.pop(part, None)
+            return
+        await asyncio.gather(*await publish(state.engine(judged.cell), judged.decisions))
+        if judged.end:
+            seconds = time.monotonic() - started.pop(part, time.monotonic())
+            await (await send("control", ns, StreamEnd(events=judged.offset + 1, seconds=seconds, cell=judged.cell,
+                                                       partition=part).model_dump_json().encode()))
+            log.info("capture of cell %s judged: partition %d up to offset %d in %.2fs",
+                     judged.cell, part, judged.offset, seconds)
+        emitted[str(part)] = judged.offset
+
+    async def catch_up(part: int, offset: int) -> PartitionState:
+        """Bring ``part``'s state up to just before ``offset`` from the log, publishing what was not published."""
+        state = held.release(part)  # out of sight of the timers while another thread works on it
+        fresh = state is None
+        if state is None:
+            state = new_state(part)
+        start, t0 = state.position + 1, time.monotonic()
+        folded, committed = (Folded(), -1) if offset == 0 else await asyncio.get_running_loop().run_in_executor(
+            None, rebuild, state, conf, events_topic, app.conf.id, offset, emitted[str(part)])
+        held.install(state)
+        for judged in folded.unpublished:
+            await settle(state, judged)
+        # Records the consumer fetched but never handed over (it clears its buffers when it resumes
+        # after a rebalance) were judged just now: acknowledge them, or the group's committed offset
+        # would wait for them forever. Offsets below the committed one are ignored by ack().
+        for missed in range(max(start, committed), offset):
+            app.consumer.ack(Message(events_topic, part, missed, 0.0, 0, None, None, None, None))
+        if fresh and offset > 0:
+            log.warning("rebuilt state from %d earlier events of partition %d (%d cells) in %.2fs; published %d "
+                        "outcomes not published before", folded.events, part, len(state.engines),
+                        time.monotonic() - t0, len(folded.unpublished))
+        elif not fresh:
+            log.warning("caught up on offsets %d-%d of partition %d, which this worker had not seen (%d events, "
+                        "%d outcomes published) in %.2fs", start, offset - 1, part, folded.events,
+                        len(folded.unpublished), time.monotonic() - t0)
+        return state
+
     @app.agent(events)
     async def correlate(stream: faust.StreamT) -> None:
-        started: float | None = None
         async for ev in stream.events():
             msg = ev.message
             part, offset = msg.partition, msg.offset
-            if part not in rebuilt:
-                rebuilt.add(part)
-                if offset > 0:
-                    n = await asyncio.get_running_loop().run_in_executor(
-                        None, rebuild, engine, settings.kafka_config(bootstrap), events_topic, part, offset)
-                    log.warning("rebuilt state from %d earlier events of partition %d", n, part)
+            step = held.step(part, offset)
+            if step is Step.SEEN:
+                continue  # redelivered after a rebalance: already judged (and published) here
+            state = await catch_up(part, offset) if step is Step.CATCH_UP else held.get(part)
             in_count.inc()
             try:
                 event = Event.model_validate_json(ev.value)
             except ValidationError as exc:
+                state.skip(offset)
                 m.DEAD_LETTERS.labels("correlator").inc()
                 dl = DeadLetter(stage="correlator", reason=f"undecodable event: {exc.errors()[0]['msg']}",
                                 raw=bytes(ev.value).decode("utf-8", "replace")[:10000], at=datetime.now(UTC))
                 await send("deadletters", "correlator", dl.model_dump_json().encode())
                 continue
-            decisions = engine.process(event)
-            if decisions and offset > emitted[str(part)]:  # else judged before a crash: already published
-                await publish(decisions)
-                emitted[str(part)] = offset
-            if started is None:
-                started = time.monotonic()
-            if isinstance(event.body, EndOfCapture):
-                await app.producer.flush()  # every decision is on its topic before the marker
-                seconds = time.monotonic() - started
-                await send("control", ns, StreamEnd(events=offset + 1, seconds=seconds).model_dump_json().encode())
-                log.info("capture judged: %d events in %.2fs", offset + 1, seconds)
-                started = None
+            started.setdefault(part, time.monotonic())
+            await settle(state, state.judge(offset, msg.key, event))
 
     return app
 
 
-app = make_app(Settings())
+def main() -> None:
+    """``python -m correlators.app worker ...``: build the app for ``FAULTLINE_*`` and run Faust's command line."""
+    try:
+        app = make_app(Settings())
+    except Exception as exc:  # a person reads this: say what is wrong and what to do
+        print(f"faultline worker: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    app.main()
 
 
 if __name__ == "__main__":
-    app.main()
+    main()

@@ -45,11 +45,12 @@ purpose (each says why in the plan):
 * ``events`` -- **one partition per cell.** The correlator judges across nodes
   (a job's ranks, a rack, a power domain), so one engine must see every event
   of a *cell* (a set of nodes no job or rack crosses) in order; events are
-  keyed by node or job, which would scatter a cell over every partition, and a
-  worker taking over rebuilds its state one partition at a time
-  (``correlators.app.rebuild``). So a namespace is a cell, its ``events`` topic
-  has one partition, and the sizing says how many cells the fleet needs: the
-  correlator group's other replicas are standbys that take the partition over.
+  keyed by cell (:mod:`streams.cells`), so a cell never straddles partitions,
+  and a worker taking over rebuilds its state one partition at a time
+  (``correlators.app.rebuild``). This plan sizes one cell per namespace, with
+  one ``events`` partition, and says how many cells the fleet needs; a
+  namespace may also hold several cells (``FAULTLINE_CELL``) over as many
+  partitions, which the workers of its correlator group share (OPERATIONS.md).
 * ``commands`` -- one partition: commands are keyed by command id but must be
   carried out in the order issued (fence *before* restart); one partition is
   the only order Kafka keeps across keys, and the rate is a few a minute.
@@ -103,7 +104,7 @@ _YEAR_DAYS = 365
 #: Topics whose partition count the plan fixes whatever the load, with why.
 PINNED: dict[str, tuple[int, str]] = {
     "events": (1, "one partition per cell: the correlator must see a whole cell in order; "
-                  "scale out with more cells (namespaces), not partitions"),
+                  "scale out with more cells (namespaces here; or cells sharing a namespace's partitions)"),
     "commands": (1, "commands are carried out in the order issued (fence before restart); keys are "
                     "command ids, so only one partition keeps that order"),
 }

@@ -160,10 +160,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 
         return run_demo(settings, seconds=args.seconds)
     if args.cmd == "worker":
-        from correlators.app import app
+        from correlators.app import make_app
 
         sys.argv = ["faultline", "worker", "-l", "info" if args.verbose else "warn", "--without-web"]
-        app.main()
+        make_app(settings).main()
         return 0
     if args.cmd == "schemas":
         from streams.export import export_schemas
@@ -390,12 +390,12 @@ def _operator_action(args: argparse.Namespace, settings: Settings) -> int:
     body = OperatorAction(action=action, gpu=ref, by=by, reason=args.reason,
                           validated_by=getattr(args, "validated_by", None))
     bootstrap = ensure_broker(settings)
-    pub = EventPublisher(settings.kafka_config(bootstrap), settings.namespace)
+    pub = EventPublisher(settings.kafka_config(bootstrap), settings.namespace, settings.cell)
     pub.publish([Event(id=f"operator-{uuid.uuid4().hex}", ts=datetime.now(UTC), source="operator", node=node,
                        body=body)])
     pub.flush()
-    print(f"{action} {args.hardware} by {by} sent to {settings.namespace}.events; the correlator records it "
-          f"and issues the command (see `faultline status`)")
+    print(f"{action} {args.hardware} by {by} sent to {settings.namespace}.events (cell {settings.cell}); the "
+          f"correlator records it and issues the command (see `faultline status`)")
     return 0
 
 

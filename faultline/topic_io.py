@@ -8,11 +8,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from streams.topics import TOPICS, topic_name
 
-__all__ = ["ensure_topic", "create_namespace_topics", "delete_namespace_topics", "read_topic", "BrokerUnreachable", "check_broker"]
+__all__ = ["ensure_topic", "topic_partitions", "grow_topic", "create_namespace_topics", "delete_namespace_topics",
+           "read_topic", "BrokerUnreachable", "check_broker"]
 
 
 log = logging.getLogger("faultline.topics")
@@ -42,6 +43,24 @@ def ensure_topic(conf: dict[str, Any], name: str, partitions: int, config: dict[
         except KafkaException as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise RuntimeError(f"could not create topic {name}: {exc}") from exc
+
+
+def topic_partitions(conf: dict[str, Any], name: str, timeout: float = 30.0) -> int | None:
+    """How many partitions ``name`` has; None when it does not exist."""
+    # All topics, not ``list_topics(name)``: asking for one by name may auto-create it on the broker.
+    meta = AdminClient(conf).list_topics(timeout=timeout).topics.get(name)
+    if meta is None or meta.error is not None or not meta.partitions:
+        return None
+    return len(meta.partitions)
+
+
+def grow_topic(conf: dict[str, Any], name: str, partitions: int) -> None:
+    """Give ``name`` at least ``partitions`` partitions (Kafka never removes any)."""
+    have = topic_partitions(conf, name)
+    if have is not None and have < partitions:
+        admin = AdminClient(conf)  # held until the result is in: a collected client cancels its requests
+        for fut in admin.create_partitions([NewPartitions(name, partitions)], operation_timeout=30).values():
+            fut.result(timeout=30)
 
 
 def create_namespace_topics(conf: dict[str, Any], namespace: str, partitions: int | None = None) -> list[str]:

@@ -32,9 +32,10 @@ _DAY = 86_400_000
 TOPICS: dict[str, TopicSpec] = {
     spec.suffix: spec
     for spec in (
-        # One partition per cell (a namespace): the correlator reasons across nodes (racks, power
-        # domains, a job's ranks), so one cell's events stay together; scale out by cells.
-        TopicSpec("events", "node (or job for job-level sources)", Event, 1, "delete", 7 * _DAY,
+        # Keyed by cell (streams/cells.py): the correlator reasons across the nodes of a cell (racks,
+        # power domains, a job's ranks), so a cell's events stay in one partition, in order, whatever
+        # the partition count. More partitions spread more cells over more correlator workers.
+        TopicSpec("events", "cell ('cell:<name>', streams/cells.py)", Event, 1, "delete", 7 * _DAY,
                   "Canonical events from every producer."),
         TopicSpec("incidents", "incident id", Incident, 6, "compact", None,
                   "Every version of every incident; compaction keeps the latest."),
