@@ -280,21 +280,29 @@ class ArchiveSink:
     def _flush(self, batch: _Batch, wait: Callable[[float], bool]) -> int | None:
         """Write the batch (retrying), then commit its offsets; None if ``wait`` gave up."""
         delay = _BACKOFF_FIRST_S
+        failures = 0
         while True:
             try:
                 rows = self._write(batch)
                 break
-            except Exception:
+            except Exception as exc:
                 WRITE_RETRIES.inc()
-                log.warning("archive write failed; retrying in %.1fs", delay, exc_info=True)
+                failures += 1
+                # The whole traceback once per outage; then one line per retry.
+                log.warning("archive write failed (%s: %.300s); retrying in %.1fs, offsets not committed meanwhile."
+                            " Check that ClickHouse is up and its disk has room.", type(exc).__name__, exc, delay,
+                            exc_info=failures == 1)
                 if wait(delay):
                     return None
                 delay = min(delay * 2, _BACKOFF_MAX_S)
+        if failures:
+            log.warning("archive writes succeed again after %d failed attempts; catching up", failures)
         try:
             self._consumer.commit(offsets=self._commit_offsets(batch), asynchronous=False)
         except KafkaException as exc:
             # Archived already: a re-delivery after this is harmless (idempotent writes).
-            log.warning("archive sink: offset commit failed: %s", exc)
+            log.warning("archive sink: offset commit failed (%s); the records are archived and will come again,"
+                        " which the archive absorbs (rows replaced by id)", exc)
         BATCHES_WRITTEN.inc()
         return rows
 

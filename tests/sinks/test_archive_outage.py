@@ -8,6 +8,12 @@ process; a directory that is only moved is silently re-created by chDB on the ne
 whose rows then land in an empty directory the restore would throw away; a full disk fails
 inserts with ``NOT_ENOUGH_SPACE`` just as well, but needs a mount, which CI may not allow.)
 
+An outage that outlasts the consumer's ``max.poll.interval.ms`` (five minutes by default;
+shortened in the test) costs the sink its group membership: the batch it held is written
+when the archive is back, its commit is refused, and the records since the last commit are
+delivered again. Those second copies are rows the ``ReplacingMergeTree`` tables replace:
+counted through ``FINAL``, every record is there once (the test prints the raw copies).
+
 The archive server route (``http(s)://``) runs the same sink and store code; only the
 client's transport differs, so a stopped server fails the same ``insert`` call the same way.
 """
@@ -200,12 +206,19 @@ def namespace(kafka_bootstrap: str, unique_name: str) -> Iterator[str]:
 # --- the tests ---------------------------------------------------------------------------
 
 
+# The second outage outlasts the consumer's max.poll.interval.ms (shortened here from five minutes):
+# the broker takes the partitions away from the waiting sink, which must still lose and double nothing.
+@pytest.mark.parametrize(("outage_s", "consumer_config"), [
+    (OUTAGE_S, {}),
+    (10.0, {"session.timeout.ms": 6000, "max.poll.interval.ms": 7000}),
+], ids=["short", "past-max-poll-interval"])
 def test_archive_outage_mid_stream_backs_off_holds_offsets_and_catches_up(
-        kafka_bootstrap: str, namespace: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, namespace: str, tmp_path: Path, outage_s: float,
+        consumer_config: dict[str, int]) -> None:
     data_dir = tmp_path / "archive"
     group = f"{namespace}.archive"
     with Archive.open(f"chdb://{data_dir}") as archive:
-        sink = ArchiveSink(archive, kafka_bootstrap, namespace, group_id=group)
+        sink = ArchiveSink(archive, kafka_bootstrap, namespace, group_id=group, consumer_config=consumer_config)
         stop = threading.Event()
         failures: list[BaseException] = []
 
@@ -218,7 +231,7 @@ def test_archive_outage_mid_stream_backs_off_holds_offsets_and_catches_up(
         runner = threading.Thread(target=run_sink, name="archive-sink", daemon=True)
         runner.start()
         pub = Publisher(kafka_bootstrap, namespace)
-        trickle = pub.trickle(0, 6000, chunk=100, pause_s=0.1)
+        trickle = pub.trickle(0, 6000, chunk=100, pause_s=0.1 + outage_s / 100)
         try:
             _wait("the sink archives the first records", lambda: archive.count("events") > 0)
             retries_before = _retries()
@@ -228,7 +241,7 @@ def test_archive_outage_mid_stream_backs_off_holds_offsets_and_catches_up(
                 held = _committed(kafka_bootstrap, group, namespace)
                 sent_at_hold = sum(len(ids) for ids in pub.sent.values())
                 lag_at_hold = _sink_lag(namespace)
-                while time.monotonic() - went < OUTAGE_S:
+                while time.monotonic() - went < outage_s:
                     assert _committed(kafka_bootstrap, group, namespace) == held, "committed during the outage"
                     assert runner.is_alive(), f"the sink died: {failures}"
                     time.sleep(0.5)
@@ -238,7 +251,7 @@ def test_archive_outage_mid_stream_backs_off_holds_offsets_and_catches_up(
                 assert _committed(kafka_bootstrap, group, namespace) == held, "committed during the outage"
                 sent_in_outage = sum(len(ids) for ids in pub.sent.values()) - sent_at_hold
                 retries_in_outage = _retries() - retries_before
-                outage_s = time.monotonic() - went
+                away_s = time.monotonic() - went
             back = time.monotonic()
             trickle.join(DEADLINE_S)
             assert not trickle.is_alive()
@@ -254,10 +267,11 @@ def test_archive_outage_mid_stream_backs_off_holds_offsets_and_catches_up(
         assert retries_in_outage >= 2, "the sink retried with back-off rather than giving up"
         assert sent_in_outage > 0, "records arrived while the archive was away"
         raw_duplicates = _assert_exactly_once(archive, pub.sent)
-        print(f"\narchive outage: records={sum(len(v) for v in pub.sent.values())} "
-              f"(events={len(pub.sent['events'])}) outage_s={outage_s:.1f} sent_in_outage={sent_in_outage} "
-              f"retries={retries_in_outage:.0f} lag_in_outage={lag_in_outage:.0f} lost=0 duplicated_final=0 raw_duplicate_rows={raw_duplicates} "
-              f"catch_up_s={caught_up_s:.1f}")
+        records = sum(len(v) for v in pub.sent.values())
+        print(f"\narchive outage ({consumer_config or 'default consumer'}): records={records} "
+              f"(events={len(pub.sent['events'])}) outage_s={away_s:.1f} sent_in_outage={sent_in_outage} "
+              f"retries={retries_in_outage:.0f} lag_in_outage={lag_in_outage:.0f} lost=0 duplicated_final=0 "
+              f"raw_duplicate_rows={raw_duplicates} catch_up_s={caught_up_s:.1f}")
 
 
 def test_sink_killed_during_the_outage_resumes_from_its_committed_offsets(
