@@ -65,13 +65,17 @@ def rebuild(state: PartitionState, conf: dict[str, Any], topic: str, group: str,
     """Judge every record of ``topic[state.partition]`` past the state's position and below ``upto``.
 
     From the log start for a new state. Blocking (run it off the event loop). Returns what was
-    folded in (with the outcomes past ``after`` still to publish) and ``group``'s committed
-    offset for the partition (-1: none), read without joining the group.
+    folded in, with the outcomes still to publish: those past ``after`` (the last published
+    offset) and at or past ``group``'s committed offset -- a record below it was acknowledged,
+    which a worker does only once the record's decisions are on their topics, so a lost
+    ``emitted`` changelog never republishes the whole retained log. Also returns that committed
+    offset (negative: none), read without joining the group.
     """
     tp = TopicPartition(topic, state.partition)
     c = Consumer({**conf, "group.id": group, "enable.auto.commit": False})
     try:
         committed = c.committed([tp], timeout=30)[0].offset
+        after = max(after, committed - 1)
         low, _ = c.get_watermark_offsets(tp, timeout=30)
         folded = Folded()
         start = max(low, state.position + 1)
@@ -108,7 +112,9 @@ def _partitions_of(conf: dict[str, Any], events_topic: str, changelog: str) -> i
     have = topic_partitions(conf, changelog)
     if have != n:
         raise RuntimeError(f"{changelog} has {have} partitions but {events_topic} has {n}; they must match. "
-                           "Delete the changelog topic (it is rebuilt) and start the worker again.")
+                           "Stop every worker of the namespace, delete the changelog topic and start them "
+                           "again: it is rebuilt (decisions made after the group's last committed offset may "
+                           "be published again, with the same ids, which consumers drop).")
     return n
 
 
