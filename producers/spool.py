@@ -51,9 +51,39 @@ from streams.decisions import DeadLetter
 from streams.events import Event
 from streams.topics import topic_name
 
-__all__ = ["Spool", "SpoolEntry", "SpoolingPublisher"]
+__all__ = ["ReconnectLogThrottle", "Spool", "SpoolEntry", "SpoolingPublisher"]
 
 log = logging.getLogger("faultline.producer.spool")
+
+
+class ReconnectLogThrottle(logging.Filter):
+    """Lets one librdkafka connection failure a minute through per connection.
+
+    While a broker is away librdkafka logs every reconnect attempt (several a
+    second, at error level); the publisher already says once that Kafka is
+    unreachable and again when it answers, so the rest only buries that line.
+    """
+
+    def __init__(self, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._clock = clock
+        self._last: dict[tuple[str, str], float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if not (isinstance(args, tuple) and len(args) == 3 and args[0] == "FAIL"):
+            return True  # not a connection failure (confluent-kafka logs "%s [%s] %s": facility, client, text)
+        key = (str(args[1]), str(args[2]).split("]", 1)[0])  # the client and its broker thread
+        now = self._clock()
+        if now - self._last.get(key, -self.every_s) < self.every_s:
+            return False
+        self._last[key] = now
+        return True
+
+
+_KAFKA_LOG = logging.getLogger("faultline.producer.kafka")
+_KAFKA_LOG.addFilter(ReconnectLogThrottle())
 
 _SEGMENT_SUFFIX = ".jsonl"
 _CURSOR = "cursor.json"
@@ -284,7 +314,7 @@ class SpoolingPublisher:
             "message.timeout.ms": int(message_timeout_s * 1000),
             "reconnect.backoff.max.ms": 2000,
             "error_cb": self._on_error,
-            "logger": logging.getLogger("faultline.producer.kafka"),
+            "logger": _KAFKA_LOG,
         }
         self._producer = Producer(self._conf)
         self._events_topic = topic_name(namespace, "events")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from prometheus_client import REGISTRY
 from deploy.local.kafka import LocalKafka
 from faultline.topic_io import create_namespace_topics, read_topic
 from producers.capture import parse_capture_line
-from producers.spool import Spool, SpoolingPublisher
+from producers.spool import ReconnectLogThrottle, Spool, SpoolingPublisher
 from streams.events import Event
 from streams.topics import topic_name
 
@@ -129,6 +130,43 @@ def test_metrics_are_created_once_per_process(tmp_path: Path) -> None:
         pub.close(timeout_s=0.1)
     assert [pub.spooled for pub in publishers] == [1, 1]
     assert spooled() == before + 2
+
+
+def _rdkafka_record(fac: str, client: str, text: str) -> logging.LogRecord:
+    """A log record as confluent-kafka hands librdkafka's logs to a Python logger."""
+    return logging.LogRecord("faultline.producer.kafka", logging.ERROR, __file__, 0, "%s [%s] %s",
+                             (fac, client, text), None)
+
+
+def test_reconnect_failures_are_logged_once_a_minute_per_connection() -> None:
+    now = [0.0]
+    throttle = ReconnectLogThrottle(every_s=60, clock=lambda: now[0])
+    refused = "[thrd:127.0.0.1:9/bootstrap]: 127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed"
+    other = "[thrd:127.0.0.1:9/1]: 127.0.0.1:9/1: Connect to ipv4#127.0.0.1:9 failed"
+    assert throttle.filter(_rdkafka_record("FAIL", "rdkafka#producer-1", refused))
+    for _ in range(20):
+        now[0] += 1
+        assert not throttle.filter(_rdkafka_record("FAIL", "rdkafka#producer-1", refused))
+    assert throttle.filter(_rdkafka_record("FAIL", "rdkafka#producer-1", other)), "another broker connection"
+    assert throttle.filter(_rdkafka_record("FAIL", "rdkafka#producer-2", refused)), "another client"
+    assert throttle.filter(_rdkafka_record("GETPID", "rdkafka#producer-1", "retrying")), "not a connection failure"
+    now[0] += 60
+    assert throttle.filter(_rdkafka_record("FAIL", "rdkafka#producer-1", refused)), "a minute later, once more"
+
+
+def test_an_absent_broker_does_not_flood_the_log(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    conf = {"bootstrap.servers": f"127.0.0.1:{_closed_port()}", "reconnect.backoff.ms": 10,
+            "reconnect.backoff.max.ms": 50}
+    pub = SpoolingPublisher(conf, "flood", tmp_path / "spool", message_timeout_s=30)
+    with caplog.at_level(logging.DEBUG, logger="faultline.producer.kafka"):
+        pub.publish([_event(1)])
+        deadline = time.monotonic() + 3  # librdkafka retries every 50 ms: dozens of attempts
+        while time.monotonic() < deadline:
+            pub.pump()
+            time.sleep(0.05)
+        pub.close(timeout_s=0.1)
+    failures = [r for r in caplog.records if r.name == "faultline.producer.kafka" and r.args and r.args[0] == "FAIL"]
+    assert 1 <= len(failures) <= 3, [r.getMessage() for r in failures]
 
 
 @pytest.mark.broker
