@@ -12,8 +12,8 @@ agent         write ``events``, ``deadletters`` (node agents, scheduler sources,
 operator      write ``events`` (quarantine/release), ``approvals`` (approve/deny)
 correlator    read ``events``; write ``incidents``, ``commands``, ``deadletters``, ``control``;
               create/read/write its Faust topics ``app-emitted-changelog`` (and alter it: it
-              grows with ``events``) and ``app-__assignor-__leader``; groups ``app`` and
-              ``faultline-rebuild-<ns>.events`` (rebuilding on a takeover)
+              grows with ``events``) and ``app-__assignor-__leader``; group ``app`` (a
+              takeover also reads its committed offset)
 sink          read ``events``, ``incidents``, ``commands``, ``command-results``,
               ``deadletters``; group ``<ns>.archive``
 executor      read ``commands``, ``approvals``, ``command-results``; write
@@ -126,8 +126,6 @@ def acl_plan(namespace: str, users: Mapping[str, str] | None = None) -> list[Gra
     grant("correlator", "topic", f"{app}-__assignor-__leader", ["CREATE", "READ", "WRITE"],
           "Faust's leader-assignor topic")
     grant("correlator", "group", app, ["READ"], "the Faust consumer group")
-    grant("correlator", "group", f"faultline-rebuild-{topic('events')}", ["READ"],
-          "rebuilding state on a takeover (commits nothing, but a refused group lookup is an error record)")
 
     for suffix in ("events", "incidents", "commands", "command-results", "deadletters"):
         grant("sink", "topic", topic(suffix), ["READ"], "archived")

@@ -78,12 +78,15 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("hardware", help="NODE, NODE:INDEX or NODE:UUID")
     q.add_argument("--reason", required=True)
     q.add_argument("--by", default=None, help="who (default: $USER)")
+    q.add_argument("--cell", default=None, help="the node's cell, where a namespace holds several "
+                   "(default: FAULTLINE_CELL)")
 
     rl = add("release", "Return a GPU or NODE to service; only with a passing validation recorded.")
     rl.add_argument("hardware", help="NODE, NODE:INDEX or NODE:UUID")
     rl.add_argument("--validated-by", required=True, help="what validated it, e.g. 'dcgmi diag -r 3 passed'")
     rl.add_argument("--by", default=None, help="who (default: $USER)")
     rl.add_argument("--reason", default="")
+    rl.add_argument("--cell", default=None, help="the node's cell (default: FAULTLINE_CELL)")
 
     sk = add("sink", "Archive the namespace's topics into ClickHouse until stopped (SIGTERM).")
     sk.add_argument("action", choices=["run"])
@@ -389,12 +392,13 @@ def _operator_action(args: argparse.Namespace, settings: Settings) -> int:
     by = args.by or getpass.getuser()
     body = OperatorAction(action=action, gpu=ref, by=by, reason=args.reason,
                           validated_by=getattr(args, "validated_by", None))
+    cell = args.cell or settings.cell
     bootstrap = ensure_broker(settings)
-    pub = EventPublisher(settings.kafka_config(bootstrap), settings.namespace, settings.cell)
+    pub = EventPublisher(settings.kafka_config(bootstrap), settings.namespace, cell)
     pub.publish([Event(id=f"operator-{uuid.uuid4().hex}", ts=datetime.now(UTC), source="operator", node=node,
                        body=body)])
     pub.flush()
-    print(f"{action} {args.hardware} by {by} sent to {settings.namespace}.events (cell {settings.cell}); the "
+    print(f"{action} {args.hardware} by {by} sent to {settings.namespace}.events (cell {cell}); the "
           f"correlator records it and issues the command (see `faultline status`)")
     return 0
 

@@ -104,3 +104,34 @@ def test_quarantine_and_release_reach_the_correlator(kafka_bootstrap: str, tmp_p
     finally:
         worker.stop()
         delete_namespace_topics(conf, unique_name)
+
+
+@pytest.mark.broker
+def test_quarantine_names_the_nodes_cell(kafka_bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch,
+                                         ) -> None:
+    """In a namespace of several cells the action must reach the node's cell's engine: keyed by --cell."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    from streams.cells import cell_key
+    from streams.topics import topic_name
+
+    conf = Settings(kafka=kafka_bootstrap).kafka_config(kafka_bootstrap)
+    create_namespace_topics(conf, unique_name, partitions=1)
+    monkeypatch.setenv("FAULTLINE_KAFKA", kafka_bootstrap)
+    monkeypatch.setenv("FAULTLINE_NAMESPACE", unique_name)
+    monkeypatch.setenv("FAULTLINE_CELL", "west")
+    c = Consumer({**conf, "group.id": unique_name, "enable.auto.commit": False})
+    try:
+        assert main(["quarantine", "n7", "--reason", "fans", "--by", "carol", "--cell", "east"]) == 0
+        assert main(["quarantine", "n8", "--reason", "fans", "--by", "carol"]) == 0
+        c.assign([TopicPartition(topic_name(unique_name, "events"), 0, OFFSET_BEGINNING)])
+        keys: list[bytes | None] = []
+        deadline = time.monotonic() + 30
+        while len(keys) < 2 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                keys.append(m.key())
+        assert keys == [cell_key("east"), cell_key("west")]
+    finally:
+        c.close()
+        delete_namespace_topics(conf, unique_name)
