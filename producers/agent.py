@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
 from typing import IO, TYPE_CHECKING, Any, Protocol
@@ -85,6 +85,10 @@ class AgentConfig(BaseModel):
     state_dir: Path = Field(Path("/var/lib/faultline-agent"), description="Spool, read positions, last ids.")
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port; 0 = off.")
     capture_file: Path | None = Field(None, description="Append every observation here (capture format).")
+    max_future_s: float = Field(
+        3600.0, gt=0, description="An observation stamped further ahead of this node's clock is refused (a "
+        "dead letter): a source clock gone wrong (a BMC reset to 2099) would move the correlator's event "
+        "clock forward and close every open window. Past times are kept (a SEL read late is still true).")
     spool: SpoolConfig = Field(default_factory=SpoolConfig)
     sources: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Section name -> settings.")
 
@@ -267,20 +271,27 @@ class Agent:
             except queue.Empty:
                 break
         events: list[Event] = []
+        now = datetime.now(UTC)
         for name, observations in batch:
-            events.extend(self._events(name, observations))
+            events.extend(self._events(name, observations, now))
         if self._capture is not None:
             self._capture.flush()
         self.publisher.publish(events)
 
-    def _events(self, name: str, observations: list[Observation]) -> list[Event]:
+    def _events(self, name: str, observations: list[Observation], now: datetime) -> list[Event]:
         events: list[Event] = []
+        horizon = now + timedelta(seconds=self.config.max_future_s)
         for obs in observations:
             line = json.dumps(obs, separators=(",", ":"))
             if self._capture is not None:
                 self._capture.write(line + "\n")
             try:
                 parsed = parse_capture_line(line)
+                ahead = max((e.ts for e in parsed), default=now)
+                if ahead > horizon:
+                    raise BadInput(f"stamped {ahead.isoformat()}, {(ahead - now).total_seconds():.0f}s ahead of "
+                                   f"this node's clock (max_future_s={self.config.max_future_s:.0f}); check the "
+                                   "source's clock (NTP, or the BMC's: ipmitool sel time get)", kind="bad_timestamp")
             except BadInput as exc:
                 log.warning("source %s: unusable observation (%s)", name, exc.reason)
                 metrics.PARSE_ERRORS.labels(name).inc()

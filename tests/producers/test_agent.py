@@ -11,8 +11,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from producers.node.kernel_log import KernelLogSettings
 from producers.registry import SourceContext
 from producers.source import Observation, observation
 from producers.spool import SpoolingPublisher
+from streams.decisions import DeadLetter
 from streams.events import AgentHeartbeat, Event, GpuSample, Inventory, Xid
 from streams.topics import topic_name
 
@@ -174,6 +175,46 @@ def test_a_failing_source_backs_off_alone_and_the_agent_stops_cleanly(
     assert publisher.backlog() >= len(beats) + 1, "heartbeats and dead letters wait in the spool"
 
 
+class Recording:
+    """A publisher that keeps what it is handed."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.dead: list[DeadLetter] = []
+
+    def pump(self) -> None:
+        """Nothing queued."""
+
+    def publish(self, events: Iterable[Event]) -> None:
+        self.events.extend(events)
+
+    def dead_letter(self, dl: DeadLetter) -> None:
+        self.dead.append(dl)
+
+    def close(self, timeout_s: float) -> None:
+        """Nothing to release."""
+
+    def backlog(self) -> int:
+        return 0
+
+
+def test_an_observation_stamped_far_ahead_of_the_node_clock_is_refused(tmp_path: Path) -> None:
+    """A BMC clock reset to 2099 must not reach the correlator (it would close every open window)."""
+    config = AgentConfig(node="n1", state_dir=tmp_path, max_future_s=600)
+    publisher = Recording()
+    agent = Agent(config, publisher)
+    now = datetime.now(UTC).replace(microsecond=0)  # observations carry milliseconds
+    found = [observation("node_agent", now + timedelta(seconds=599), node="n1", alive=True),
+             observation("node_agent", now - timedelta(days=3), node="n1", alive=True),
+             observation("node_agent", now + timedelta(seconds=601), node="n1", alive=True),
+             observation("node_agent", datetime(2099, 1, 1, tzinfo=UTC), node="n1", alive=True)]
+    events = agent._events("bmc", found, now)
+    assert [e.ts for e in events] == [now + timedelta(seconds=599), now - timedelta(days=3)], "the past is kept"
+    assert len(publisher.dead) == 2
+    assert all("ahead of this node's clock" in d.reason and "check the source's clock" in d.reason
+               for d in publisher.dead)
+
+
 # --- `faultline agent` end to end -------------------------------------------------------------------
 
 
@@ -227,8 +268,13 @@ def test_faultline_agent_publishes_then_stops_on_sigterm(
                     and kinds.count(GpuSample) >= 8)
 
         _wait_for(arrived, 60, "heartbeat, inventory, 8 GPU samples and the XID on the events topic")
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
-        assert 'faultline_producer_sent_total{source="node_agent"}' in metrics
+
+        def counted() -> bool:  # the delivery report is served on the agent's next poll, after a reader sees it
+            url = f"http://127.0.0.1:{metrics_port}/metrics"
+            return 'faultline_producer_sent_total{source="node_agent"}' in urllib.request.urlopen(
+                url, timeout=5).read().decode()
+
+        _wait_for(counted, 30, "the sent counter of the heartbeat source")
     finally:
         agent.send_signal(signal.SIGTERM)
         try:
