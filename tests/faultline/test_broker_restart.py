@@ -178,6 +178,17 @@ def _caught_up(bootstrap: str, group: str, topics: list[str]) -> bool:
     return all(committed.get(key, -1) >= end for key, end in ends.items() if end > 0)
 
 
+def _group_holds(bootstrap: str, group: str, topic: str) -> bool:
+    """Whether a member of ``group`` has partitions of ``topic`` assigned (the group is stable)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    [future] = admin.describe_consumer_groups([group]).values()
+    try:
+        members = future.result(timeout=30).members
+    except KafkaException:
+        return False
+    return any(tp.topic == topic for m in members if m.assignment for tp in m.assignment.topic_partitions)
+
+
 def _first_decision(lines: list[bytes]) -> tuple[dict[str, list[dict[str, Any]]], int]:
     """The offline decisions, and how many events are judged when the first decision is made."""
     judged: list[bool] = []
@@ -218,6 +229,11 @@ def test_broker_restarts_under_the_whole_pipeline_lose_and_double_nothing(
     try:
         stages.append(Background("archive-sink", lambda stop: sink.run(stop, max_wait_s=0.2)))
         stages.append(Background("executor", executor.run))
+        # Faults start once the worker runs: a broker that goes away while Faust starts up is fatal to it
+        # (its supervisor restarts it; tests/faultline/test_worker_crash.py), not what this test is about.
+        _wait("the worker holds the events partition",
+              lambda: _group_holds(bootstrap, f"faultline-correlator.{ns}", topic_name(ns, "events")) or not worker.alive())
+        assert worker.alive(), worker.tail()
         agent.thread.start()
 
         _wait("a third of the capture", lambda: len(agent.event_ids) >= len(lines) // 3)
