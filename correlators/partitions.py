@@ -110,6 +110,11 @@ class PartitionState:
         self._check_past(offset)
         self.position = offset
 
+    def restore(self, engines: dict[str, Correlator], position: int) -> None:
+        """Hold ``engines`` as the fold of the log up to ``position`` (a snapshot: :mod:`correlators.snapshots`)."""
+        self._engines = dict(engines)
+        self.position = position
+
     def fast_forward(self, offset: int) -> None:
         """Nothing below ``offset`` is left to read (retention deleted it, or gaps): the position moves there."""
         self.position = max(self.position, offset - 1)

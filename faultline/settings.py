@@ -57,6 +57,18 @@ class Settings(BaseSettings):
         None, description="'KEY_ID:SECRET,...' (first = active). The correlator signs every command; "
         "executors refuse unsigned, tampered, unknown-key and expired ones. Unset: unsigned (development).")
     command_ttl_s: float = Field(3600, description="Signed commands expire this long (wall clock) after issue.")
+    snapshot_every_events: int = Field(
+        50_000, description="Worker: snapshot each events partition's correlator state to the compacted topic "
+        "'<app id>-snapshots' after this many judged events (0: no snapshots; a takeover then replays the whole "
+        "retained partition). A takeover restores the newest snapshot and replays only the events after it, so "
+        "this bounds its work (correlators/snapshots.py).")
+    snapshot_every_s: float = Field(
+        300.0, description="Worker: ...or after this many seconds since the partition's last snapshot, whichever "
+        "comes first (checked as records are judged).")
+    snapshot_key: SecretStr | None = Field(
+        None, description="Worker: key that authenticates state snapshots (HMAC-SHA256); every worker of a "
+        "namespace needs the same one. Unset: a SHA-256 checksum only, and only the topic ACL (the correlator "
+        "alone may write the snapshot topic) keeps forged state out; set it wherever others could write there.")
     local_kafka_port: int = Field(19092, description="Port of the local broker started when `kafka` is unset.")
 
     @field_validator("cell")
