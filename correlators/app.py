@@ -18,6 +18,16 @@ reading it from the log start up to where it takes over, silently; then it goes
 on. A partition that is revoked is dropped, so one assigned back later is
 rebuilt, never judged on stale state.
 
+Snapshots bound that rebuild. Every ``FAULTLINE_SNAPSHOT_EVERY_EVENTS`` judged
+records (or ``FAULTLINE_SNAPSHOT_EVERY_S`` seconds) of a partition, at a record
+boundary where every decision so far is published, the worker pickles the
+partition's engines on the event loop, then seals and writes them off it to the
+compacted ``<app id>-snapshots`` topic (:mod:`correlators.snapshots`,
+:mod:`correlators.snapshot_topic`). A worker that takes a partition over
+installs its newest valid snapshot and rebuilds only the records after it; a
+snapshot refused (key, version, policy, or older than the retained log) is
+logged, and the partition rebuilt from the log start as before.
+
 Publishing exactly what was not published. A changelog-backed table,
 ``emitted``, records per partition the offset whose decisions were last
 published; it is written only after the broker acknowledged those decisions.
@@ -35,6 +45,7 @@ import logging
 import sys
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,6 +58,25 @@ from correlators.broker_auth import faust_credentials
 from correlators.engine import Correlator
 from correlators.partitions import Folded, Judged, PartitionState, Step, WorkerState, fold
 from correlators.policy import load_policy
+from correlators.snapshot_topic import (
+    SnapshotWriter,
+    ensure_snapshot_topic,
+    events_log_start,
+    read_latest_snapshot,
+    snapshot_topic_name,
+)
+from correlators.snapshots import (
+    MAX_SNAPSHOT_BYTES,
+    Snapshot,
+    SnapshotRefused,
+    SnapshotSchedule,
+    check_retained,
+    open_snapshot,
+    pickle_engines,
+    policy_fingerprint,
+    restore,
+    seal,
+)
 from faultline.settings import Settings
 from faultline.topic_io import ensure_topic, grow_topic, topic_partitions
 from sinks import metrics as m
@@ -148,6 +178,16 @@ def make_app(settings: Settings) -> faust.App:
     emitted = app.Table("emitted", default=lambda: -1, partitions=partitions, key_type=str, value_type=int)
     policy = load_policy(settings.policy)
     held = WorkerState()
+    snapshots_on = settings.snapshot_every_events > 0
+    snap_topic = snapshot_topic_name(app.conf.id)
+    if snapshots_on:
+        ensure_snapshot_topic(conf, snap_topic, partitions)
+    snap_writer = SnapshotWriter(conf, snap_topic) if snapshots_on else None
+    snap_key = settings.snapshot_key.get_secret_value().encode() if settings.snapshot_key else None
+    fingerprint = policy_fingerprint(policy)
+    schedule = SnapshotSchedule(settings.snapshot_every_events, settings.snapshot_every_s)
+    snap_pool = ThreadPoolExecutor(1, thread_name_prefix="snapshots")  # one at a time: written in order
+    snapping: set[int] = set()  # partitions with a snapshot being sealed or written
 
     def new_state(partition: int) -> PartitionState:
         return PartitionState(partition, lambda: Correlator(policy), settings.cell)
@@ -179,6 +219,7 @@ def make_app(settings: Settings) -> faust.App:
         """Drop the state of partitions another worker has now; one assigned back later is rebuilt."""
         mine = {tp.partition for tp in assigned if tp.topic == events_topic}
         dropped = held.keep_only(mine)
+        schedule.forget(dropped)
         log.warning("assigned events partitions %s of %s%s", sorted(mine), events_topic,
                     f"; dropped the state of {dropped}" if dropped else "")
 
@@ -240,13 +281,70 @@ def make_app(settings: Settings) -> faust.App:
                      judged.cell, part, judged.offset, seconds)
         emitted[str(part)] = judged.offset
 
+    def load_snapshot(part: int) -> Snapshot | None:
+        """The newest valid snapshot of ``part``; None (and why, in the log) when there is none to use."""
+        try:
+            blob = read_latest_snapshot(conf, snap_topic, part, app.conf.id)
+            if blob is None:
+                return None
+            snap = open_snapshot(blob, part, fingerprint, snap_key)
+            check_retained(snap.position, events_log_start(conf, events_topic, part, app.conf.id))
+            return snap
+        except SnapshotRefused as exc:
+            log.warning("snapshot of partition %d refused: %s; rebuilding it from the log start", part, exc)
+        except Exception as exc:  # the snapshot is an optimisation: without it the rebuild is complete
+            log.warning("could not read the snapshot of partition %d from %s (%s); rebuilding it from the log "
+                        "start", part, snap_topic, exc)
+        return None
+
+    def write_snapshot(part: int, position: int, cells: list[str], pickled: bytes, pickle_s: float) -> None:
+        """Seal and write one snapshot (off the event loop); a failure is logged, the next one is tried later."""
+        t0 = time.monotonic()
+        try:
+            blob = seal(part, position, cells, pickled, fingerprint, snap_key)
+            if len(blob) > MAX_SNAPSHOT_BYTES:
+                log.warning("snapshot of partition %d at offset %d is %d bytes, over the %d the topic takes: not "
+                            "written (a takeover replays more); split the cell or raise MAX_SNAPSHOT_BYTES",
+                            part, position, len(blob), MAX_SNAPSHOT_BYTES)
+                return
+            assert snap_writer is not None
+            snap_writer.send(part, blob)
+            log.info("snapshot of partition %d at offset %d (%d cells): %d bytes (%d pickled); %.3fs pickling on "
+                     "the loop, %.3fs sealing and writing", part, position, len(cells), len(blob), len(pickled),
+                     pickle_s, time.monotonic() - t0)
+        except Exception as exc:
+            log.warning("snapshot of partition %d at offset %d not written (%s); the next one is tried after "
+                        "%d more events", part, position, exc, settings.snapshot_every_events)
+
+    def take_snapshot(state: PartitionState) -> None:
+        """At a record boundary, every decision so far published: pickle here, seal and write elsewhere."""
+        part = state.partition
+        if part in snapping:
+            return  # the previous one is still being written; the schedule asks again on the next record
+        t0 = time.monotonic()
+        position, cells, pickled = pickle_engines(state)
+        schedule.taken(part, time.monotonic())
+        snapping.add(part)
+        fut = asyncio.get_running_loop().run_in_executor(snap_pool, write_snapshot, part, position, cells, pickled,
+                                                         time.monotonic() - t0)
+        fut.add_done_callback(lambda _f: snapping.discard(part))
+
     async def catch_up(part: int, offset: int) -> PartitionState:
-        """Bring ``part``'s state up to just before ``offset`` from the log, publishing what was not published."""
+        """Bring ``part``'s state up to just before ``offset`` from the log, publishing what was not published.
+
+        A fresh state starts from the partition's newest valid snapshot when there is one; it may
+        cover records past ``offset`` (their decisions are published: the caller skips them).
+        """
         state = held.release(part)  # out of sight of the timers while another thread works on it
         fresh = state is None
         if state is None:
             state = new_state(part)
         start, t0 = state.position + 1, time.monotonic()
+        restored = None
+        if fresh and snapshots_on:
+            restored = await asyncio.get_running_loop().run_in_executor(None, load_snapshot, part)
+            if restored is not None:
+                restore(state, restored)
         folded, committed = (Folded(), -1) if offset == 0 else await asyncio.get_running_loop().run_in_executor(
             None, rebuild, state, conf, events_topic, app.conf.id, offset, emitted[str(part)])
         held.install(state)
@@ -257,7 +355,11 @@ def make_app(settings: Settings) -> faust.App:
         # would wait for them forever. Offsets below the committed one are ignored by ack().
         for missed in range(max(start, committed), offset):
             app.consumer.ack(Message(events_topic, part, missed, 0.0, 0, None, None, None, None))
-        if fresh and offset > 0:
+        if restored is not None:
+            log.warning("restored snapshot of partition %d at offset %d (%d cells); rebuilt %d later events in "
+                        "%.2fs; published %d outcomes not published before", part, restored.position,
+                        len(state.engines), folded.events, time.monotonic() - t0, len(folded.unpublished))
+        elif fresh and offset > 0:
             log.warning("rebuilt state from %d earlier events of partition %d (%d cells) in %.2fs; published %d "
                         "outcomes not published before", folded.events, part, len(state.engines),
                         time.monotonic() - t0, len(folded.unpublished))
@@ -276,6 +378,8 @@ def make_app(settings: Settings) -> faust.App:
             if step is Step.SEEN:
                 continue  # redelivered after a rebalance: already judged (and published) here
             state = await catch_up(part, offset) if step is Step.CATCH_UP else held.get(part)
+            if offset <= state.position:
+                continue  # a restored snapshot covers it: judged, and its decisions published, before
             in_count.inc()
             try:
                 event = Event.model_validate_json(ev.value)
@@ -288,6 +392,8 @@ def make_app(settings: Settings) -> faust.App:
                 continue
             started.setdefault(part, time.monotonic())
             await settle(state, state.judge(offset, msg.key, event))
+            if schedule.due(part, time.monotonic()):
+                take_snapshot(state)  # here: the record's decisions are published, the next not yet judged
 
     return app
 

@@ -12,8 +12,9 @@ agent         write ``events``, ``deadletters`` (node agents, scheduler sources,
 operator      write ``events`` (quarantine/release), ``approvals`` (approve/deny)
 correlator    read ``events``; write ``incidents``, ``commands``, ``deadletters``, ``control``;
               create/read/write its Faust topics ``app-emitted-changelog`` (and alter it: it
-              grows with ``events``) and ``app-__assignor-__leader``; group ``app`` (a
-              takeover also reads its committed offset)
+              grows with ``events``), ``app-snapshots`` (its state snapshots; grown
+              likewise) and ``app-__assignor-__leader``; group ``app`` (a takeover also
+              reads its committed offset)
 sink          read ``events``, ``incidents``, ``commands``, ``command-results``,
               ``deadletters``; group ``<ns>.archive``
 executor      read ``commands``, ``approvals``, ``command-results``; write
@@ -24,7 +25,7 @@ Every grant is on a literal topic or group name but the executor's groups (one p
 name). ``read_topic``'s throwaway groups need no grant: it assigns partitions, commits nothing
 and skips error records. Producers are idempotent (``enable.idempotence``), which Kafka >= 2.8
 allows with WRITE on any topic, so nobody gets ``IDEMPOTENT_WRITE`` on the cluster. Nobody but the admin (a super user) creates topics, except
-the correlator its own two Faust topics, and nobody deletes any. The admin runs ``faultline
+the correlator its own three topics, and nobody deletes any. The admin runs ``faultline
 topics apply`` and ``faultline acls apply``; ``faultline replay`` creates and deletes a
 namespace of its own, so it runs as the admin too.
 
@@ -123,6 +124,8 @@ def acl_plan(namespace: str, users: Mapping[str, str] | None = None) -> list[Gra
         grant("correlator", "topic", topic(suffix), ["WRITE"], why)
     grant("correlator", "topic", f"{app}-emitted-changelog", ["CREATE", "ALTER", "READ", "WRITE"],
           "the `emitted` table's changelog; grown with the events topic")
+    grant("correlator", "topic", f"{app}-snapshots", ["CREATE", "ALTER", "READ", "WRITE"],
+          "its state snapshots (correlators/snapshots.py): only it may write them; grown with the events topic")
     grant("correlator", "topic", f"{app}-__assignor-__leader", ["CREATE", "READ", "WRITE"],
           "Faust's leader-assignor topic")
     grant("correlator", "group", app, ["READ"], "the Faust consumer group")

@@ -47,7 +47,9 @@ purpose (each says why in the plan):
   of a *cell* (a set of nodes no job or rack crosses) in order; events are
   keyed by cell (:mod:`streams.cells`), so a cell never straddles partitions,
   and a worker taking over rebuilds its state one partition at a time
-  (``correlators.app.rebuild``). This plan sizes one cell per namespace, with
+  (``correlators.app.rebuild``), from the partition's newest state snapshot
+  (``correlators.snapshots``), so a takeover replays at most the snapshot
+  interval, not the retention. This plan sizes one cell per namespace, with
   one ``events`` partition, and says how many cells the fleet needs; a
   namespace may also hold several cells (``FAULTLINE_CELL``) over as many
   partitions, which the workers of its correlator group share (OPERATIONS.md).
@@ -147,6 +149,10 @@ class Assumptions:
     """Events/s one correlator process judges (steady); the engine alone did ~10,000/s on one core."""
     rebuild_events_s: float = 10_000.0
     """Events/s a correlator replays when it takes a partition over (no publishing)."""
+    snapshot_every_events: int = 50_000
+    """``FAULTLINE_SNAPSHOT_EVERY_EVENTS``: a takeover replays at most this many events past the newest snapshot."""
+    snapshot_every_s: float = 300.0
+    """``FAULTLINE_SNAPSHOT_EVERY_S``: ...or this many seconds of them, whichever is fewer."""
     compression: float = 4.0
     """lz4 ratio on disk (measured ~11 on homogeneous GPU samples; 4 assumed)."""
     replication: int = 3
@@ -401,7 +407,9 @@ def _duration(seconds: float) -> str:
         return f"{seconds / _DAY_S:,.1f} days"
     if seconds >= 7200:
         return f"{seconds / 3600:,.1f} h"
-    return f"{seconds / 60:,.1f} min"
+    if seconds >= 120:
+        return f"{seconds / 60:,.1f} min"
+    return f"{seconds:,.0f} s"
 
 
 def render_plan(plan: Plan) -> str:
@@ -441,6 +449,7 @@ def render_plan(plan: Plan) -> str:
     ev = plan.topic("events")
     assert ev.retention_ms is not None
     backlog = ev.steady_per_s * ev.retention_ms / 1000
+    bound = min(a.snapshot_every_events, a.snapshot_every_s * ev.steady_per_s, backlog)
     burst = ev.peak_per_s - a.correlator_events_s
     out += [
         f"Cells: {plan.cells} (events need ceil(peak MB/s / partition budget) and ceil(steady events/s / "
@@ -448,9 +457,11 @@ def render_plan(plan: Plan) -> str:
         f"Correlator burst: at peak {ev.peak_per_s:,.0f} events/s it falls behind by "
         f"{max(burst, 0):,.0f}/s; a 60 s burst drains in "
         f"{max(burst, 0) * 60 / max(a.correlator_events_s - ev.steady_per_s, 1):,.0f} s.",
-        f"Takeover: a standby correlator rebuilds from the whole retained partition: {backlog:,.0f} events "
-        f"at {a.rebuild_events_s:,.0f}/s = {_duration(backlog / a.rebuild_events_s)}. Shorten events "
-        "retention (the archive keeps history) or snapshot correlator state where that is too long.",
+        f"Takeover: a standby correlator restores the partition's newest state snapshot (every "
+        f"{a.snapshot_every_events:,} events or {a.snapshot_every_s:g} s) and rebuilds at most the "
+        f"{bound:,.0f} events after it at {a.rebuild_events_s:,.0f}/s = {_duration(bound / a.rebuild_events_s)}; "
+        f"without snapshots (FAULTLINE_SNAPSHOT_EVERY_EVENTS=0) it rebuilds the whole retained partition: "
+        f"{backlog:,.0f} events = {_duration(backlog / a.rebuild_events_s)}.",
     ]
     return "\n".join(out)
 

@@ -31,6 +31,15 @@ def test_only_people_approve_and_only_executors_report_results() -> None:
     assert sorted(s for s in SERVICES if _can(s, "WRITE", "events")) == ["agent", "operator"]
 
 
+def test_only_the_correlator_touches_its_state_snapshots() -> None:
+    """Unpickling a snapshot runs code: without FAULTLINE_SNAPSHOT_KEY, this grant is the trust boundary."""
+    name = f"{correlator_app_id(NS)}-snapshots"
+    grants = [g for g in acl_plan(NS) if g.resource == "topic" and g.name == name]
+    assert {g.service for g in grants} == {"correlator"}
+    assert sorted(g.operation for g in grants) == ["ALTER", "CREATE", "READ", "WRITE"]
+    assert all(g.pattern == "literal" for g in grants)
+
+
 def test_the_sink_only_reads() -> None:
     assert {g.operation for g in acl_plan(NS) if g.service == "sink"} == {"READ"}
 

@@ -1,0 +1,109 @@
+"""Where correlator snapshots live: the compacted topic ``<app id>-snapshots``, one record per partition.
+
+The I/O edge of :mod:`correlators.snapshots` (which says what a snapshot is).
+The topic has as many partitions as the events topic; the snapshot of events
+partition ``p`` goes to partition ``p`` under the key ``p``, so compaction keeps
+the newest and a takeover reads one record: the last of its partition. It is
+created by the worker like the ``emitted`` changelog (the correlator's
+principal has CREATE/ALTER/READ/WRITE on it, :mod:`deploy.acls`), with
+``max.message.bytes`` raised to :data:`~correlators.snapshots.MAX_SNAPSHOT_BYTES`.
+Records are written by a confluent-kafka producer allowed that size (Faust's
+producer is capped at 1 MB), uncompressed on the wire: the body is zlib already.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from correlators.snapshots import MAX_SNAPSHOT_BYTES
+from faultline.topic_io import ensure_topic, grow_topic
+
+__all__ = ["SnapshotWriter", "ensure_snapshot_topic", "events_log_start", "read_latest_snapshot",
+           "snapshot_topic_name"]
+
+log = logging.getLogger("faultline.correlator")
+
+_OVERHEAD = 64 * 1024  # record and batch headers around a value of the largest size
+
+
+def snapshot_topic_name(app_id: str) -> str:
+    return f"{app_id}-snapshots"
+
+
+def ensure_snapshot_topic(conf: dict[str, Any], name: str, partitions: int) -> None:
+    """Create the compacted snapshot topic (or grow it to ``partitions``)."""
+    ensure_topic(conf, name, partitions, {"cleanup.policy": "compact",
+                                          "max.message.bytes": str(MAX_SNAPSHOT_BYTES + _OVERHEAD)})
+    grow_topic(conf, name, partitions)
+
+
+class SnapshotWriter:
+    """Produces sealed snapshots; :meth:`send` blocks until the broker has the record (call it off the loop)."""
+
+    def __init__(self, conf: dict[str, Any], topic: str) -> None:
+        self.topic = topic
+        self._producer = Producer({**conf, "acks": "all", "enable.idempotence": True,
+                                   "message.max.bytes": MAX_SNAPSHOT_BYTES + _OVERHEAD,
+                                   "compression.type": "none", "linger.ms": 0})
+        self._lock = threading.Lock()
+
+    def send(self, partition: int, blob: bytes, timeout: float = 60.0) -> None:
+        """Write ``blob`` as partition ``partition``'s newest snapshot; raises if the broker refused it."""
+        errors: list[KafkaError] = []
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                errors.append(err)
+
+        with self._lock:
+            self._producer.produce(self.topic, key=str(partition).encode(), value=blob, partition=partition,
+                                   on_delivery=delivered)
+            left = self._producer.flush(timeout)
+        if errors or left:
+            raise RuntimeError(f"snapshot of partition {partition} not written to {self.topic}: "
+                               f"{errors[0] if errors else 'no acknowledgement in time'}")
+
+
+def _consumer(conf: dict[str, Any], group: str) -> Consumer:
+    # The correlator's own group id (granted READ); nothing is committed, partitions are assigned.
+    return Consumer({**conf, "group.id": group, "enable.auto.commit": False,
+                     "fetch.message.max.bytes": MAX_SNAPSHOT_BYTES + _OVERHEAD})
+
+
+def read_latest_snapshot(conf: dict[str, Any], topic: str, partition: int, group: str,
+                         timeout: float = 30.0) -> bytes | None:
+    """The last record of ``topic[partition]`` (the newest snapshot); None when there is none.
+
+    Only the last offset is read: the writer appends only this partition's snapshots there, and
+    compaction never removes a partition's last record.
+    """
+    c = _consumer(conf, group)
+    try:
+        tp = TopicPartition(topic, partition)
+        low, high = c.get_watermark_offsets(tp, timeout=timeout)
+        if high <= low:
+            return None
+        c.assign([TopicPartition(topic, partition, high - 1)])
+        msg = c.poll(timeout)
+        if msg is None:
+            raise TimeoutError(f"reading {topic}[{partition}] offset {high - 1}: nothing in {timeout:.0f}s")
+        if msg.error():
+            raise RuntimeError(f"reading {topic}[{partition}]: {msg.error()}")
+        value = msg.value()
+        return value if value else None  # a tombstone: no snapshot
+    finally:
+        c.close()
+
+
+def events_log_start(conf: dict[str, Any], topic: str, partition: int, group: str, timeout: float = 30.0) -> int:
+    """The first offset still retained in ``topic[partition]``."""
+    c = _consumer(conf, group)
+    try:
+        low, _ = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+        return int(low)
+    finally:
+        c.close()
