@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterable
@@ -83,7 +84,7 @@ from sinks import metrics as m
 from streams.decisions import Command, DeadLetter, Incident, StreamEnd
 from streams.events import Event
 from streams.signing import sign
-from streams.topics import topic_name
+from streams.topics import correlator_app_id, topic_name
 
 __all__ = ["main", "make_app", "rebuild"]
 
@@ -152,7 +153,7 @@ def make_app(settings: Settings) -> faust.App:
     ns = settings.namespace
     bootstrap = settings.kafka or f"127.0.0.1:{settings.local_kafka_port}"
     app = faust.App(
-        f"faultline-correlator.{ns}",
+        correlator_app_id(ns),
         broker=f"kafka://{bootstrap}",
         broker_credentials=faust_credentials(settings),  # FAULTLINE_KAFKA_SECURITY_PROTOCOL and SASL_*
         store="memory://",
@@ -247,13 +248,26 @@ def make_app(settings: Settings) -> faust.App:
         if newest is not None:
             m.EVENT_TIME.labels("correlator").set(newest.timestamp())
 
+    ticks_unacked = 0  # live ticks whose decisions the broker has not acknowledged yet
+
     if settings.live_clock:
         @app.timer(interval=0.05)
         async def tick() -> None:
-            """Live: event time follows the wall clock too, so debounce and settle windows close on time."""
+            """Live: event time follows the wall clock too, so debounce and settle windows close on time.
+
+            Its decisions are awaited to the broker's acknowledgement, and no snapshot is taken
+            meanwhile: a snapshot must never hold a decision that is not on its topic.
+            """
+            nonlocal ticks_unacked
             now = datetime.now(UTC)
             for engine in held.engines():
-                await publish(engine, engine.advance_to(now))
+                decisions = engine.advance_to(now)
+                if decisions:
+                    ticks_unacked += 1
+                    try:
+                        await asyncio.gather(*await publish(engine, decisions))
+                    finally:
+                        ticks_unacked -= 1
 
     in_count = m.RECORDS_IN.labels("correlator", "events")
 
@@ -371,6 +385,17 @@ def make_app(settings: Settings) -> faust.App:
 
     @app.agent(events)
     async def correlate(stream: faust.StreamT) -> None:
+        try:
+            await judge_stream(stream)
+        except Exception:
+            # Crash-only: Faust would log the agent's crash and keep a process that judges nothing
+            # (and looks alive). Exit instead; the supervisor restarts the worker, which rebuilds
+            # its state and publishes only what was not published (decisions keep their ids).
+            log.critical("the correlator agent failed; exiting so the supervisor restarts the worker", exc_info=True)
+            logging.shutdown()
+            os._exit(70)
+
+    async def judge_stream(stream: faust.StreamT) -> None:
         async for ev in stream.events():
             msg = ev.message
             part, offset = msg.partition, msg.offset
@@ -392,7 +417,7 @@ def make_app(settings: Settings) -> faust.App:
                 continue
             started.setdefault(part, time.monotonic())
             await settle(state, state.judge(offset, msg.key, event))
-            if schedule.due(part, time.monotonic()):
+            if schedule.due(part, time.monotonic()) and not ticks_unacked:
                 take_snapshot(state)  # here: the record's decisions are published, the next not yet judged
 
     return app
