@@ -52,7 +52,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from streams.topics import topic_name
+from streams.topics import correlator_app_id, topic_name
 
 __all__ = ["SERVICES", "DEFAULT_USERS", "Grant", "acl_plan", "render_plan", "apply_acls", "correlator_app_id"]
 
@@ -65,11 +65,6 @@ Operation = Literal["READ", "WRITE", "CREATE", "ALTER", "DESCRIBE"]
 
 _RESOURCE_TYPES = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP}
 _PATTERN_TYPES = {"literal": ResourcePatternType.LITERAL, "prefixed": ResourcePatternType.PREFIXED}
-
-
-def correlator_app_id(namespace: str) -> str:
-    """The Faust app id of a namespace's correlator (``correlators.app.make_app``): its group and topic prefix."""
-    return f"faultline-correlator.{namespace}"
 
 
 @dataclass(frozen=True, order=True)

@@ -83,6 +83,10 @@ class CorrelatorWorker:
             env["FAULTLINE_POLICY"] = str(settings.policy)
         if settings.signing_keys:
             env["FAULTLINE_SIGNING_KEYS"] = settings.signing_keys.get_secret_value()
+        env["FAULTLINE_SNAPSHOT_EVERY_EVENTS"] = str(settings.snapshot_every_events)
+        env["FAULTLINE_SNAPSHOT_EVERY_S"] = str(settings.snapshot_every_s)
+        if settings.snapshot_key:
+            env["FAULTLINE_SNAPSHOT_KEY"] = settings.snapshot_key.get_secret_value()
         # Broker credentials by environment, never argv (any local user can read a command line):
         # these settings' own, not whatever FAULTLINE_KAFKA_* this process inherited.
         for key, value in settings.kafka_security_env().items():

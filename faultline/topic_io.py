@@ -10,7 +10,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from streams.topics import TOPICS, topic_name
+from streams.topics import TOPICS, correlator_internal_topics, topic_name
 
 __all__ = ["ensure_topic", "topic_partitions", "grow_topic", "create_namespace_topics", "delete_namespace_topics",
            "read_topic", "BrokerUnreachable", "check_broker"]
@@ -85,8 +85,10 @@ def create_namespace_topics(conf: dict[str, Any], namespace: str, partitions: in
 
 
 def delete_namespace_topics(conf: dict[str, Any], namespace: str) -> None:
+    """Delete a namespace's topics, the correlator's own (changelog, snapshots) included: a replay leaves none."""
     admin = AdminClient(conf)
-    for fut in admin.delete_topics([topic_name(namespace, s) for s in TOPICS], operation_timeout=30).values():
+    names = [topic_name(namespace, s) for s in TOPICS] + correlator_internal_topics(namespace)
+    for fut in admin.delete_topics(names, operation_timeout=30).values():
         try:
             fut.result(timeout=30)
         except KafkaException:

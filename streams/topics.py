@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from streams.decisions import Approval, Command, CommandResult, DeadLetter, Incident, StreamEnd
 from streams.events import Event
 
-__all__ = ["TopicSpec", "TOPICS", "topic_name", "spec"]
+__all__ = ["TopicSpec", "TOPICS", "topic_name", "spec", "correlator_app_id", "correlator_internal_topics"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +63,15 @@ def topic_name(namespace: str, suffix: str) -> str:
     if suffix not in TOPICS:
         raise KeyError(f"unknown topic {suffix!r}; declared: {sorted(TOPICS)}")
     return f"{namespace}.{suffix}"
+
+
+def correlator_app_id(namespace: str) -> str:
+    """The Faust app id of a namespace's correlator: its consumer group and its own topics' prefix."""
+    return f"faultline-correlator.{namespace}"
+
+
+def correlator_internal_topics(namespace: str) -> list[str]:
+    """The topics the correlator keeps for itself (not for subscribers): the ``emitted`` table's
+    changelog, the state snapshots and Faust's leader-assignor topic."""
+    app = correlator_app_id(namespace)
+    return [f"{app}-emitted-changelog", f"{app}-snapshots", f"{app}-__assignor-__leader"]

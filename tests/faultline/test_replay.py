@@ -8,6 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from faultline.pipeline import replay
 from faultline.settings import Settings
@@ -55,6 +56,10 @@ def test_psu_scenario_through_the_broker_scores_full_and_is_archived(settings: S
         archived = {c["id"] for c in archive.commands(incident=rows[0]["id"])}
         assert archived == {c["id"] for c in out["commands"]}
         assert archive.count("events") == run.events + 1  # plus the end-of-capture marker
+
+    # A replay leaves no topic behind, the correlator's own (changelog, snapshots) included.
+    left = AdminClient(settings.kafka_config(settings.kafka or "")).list_topics(timeout=10).topics
+    assert not [t for t in left if run.namespace in t]
 
 
 def test_bad_lines_go_to_dead_letters_and_the_replay_goes_on(settings: Settings, tmp_path: Path) -> None:
