@@ -7,26 +7,27 @@ must install the newest snapshot and rebuild only the events after it.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from correlators.policy import load_policy
 from correlators.snapshot_topic import read_latest_snapshot, snapshot_topic_name
 from correlators.snapshots import open_snapshot, policy_fingerprint
-from faultline.outcome import collate, decide_offline
-from faultline.pipeline import CorrelatorWorker, collect, end_marker, publish_capture, wait_for_end
+from faultline.pipeline import CorrelatorWorker, publish_capture
 from faultline.settings import Settings
 from faultline.topic_io import create_namespace_topics, delete_namespace_topics
 from producers.delivery import EventPublisher
-from streams.topics import topic_name
+from streams.topics import correlator_app_id, topic_name
+from tests.faultline.takeover import (
+    assert_decided_as_offline,
+    committed_offset,
+    finish_with_successor,
+    sigkill,
+)
 
 SCENARIO = Path(__file__).resolve().parents[3] / "shared" / "scenarios" / "xid79_multi_node.jsonl"
 KEY = "snapshot-test-key-0123456789abcdef"
@@ -34,14 +35,6 @@ EVERY = 400
 
 pytestmark = [pytest.mark.broker,
               pytest.mark.skipif(not SCENARIO.is_file(), reason="shared scenarios not present")]
-
-
-def _committed(conf: dict[str, Any], group: str, topic: str) -> int:
-    c = Consumer({**conf, "group.id": group, "enable.auto.commit": False})
-    try:
-        return int(c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset)
-    finally:
-        c.close()
 
 
 def test_takeover_restores_the_snapshot_and_replays_only_the_tail(kafka_bootstrap: str, tmp_path: Path,
@@ -53,7 +46,7 @@ def test_takeover_restores_the_snapshot_and_replays_only_the_tail(kafka_bootstra
     settings = Settings(kafka=kafka_bootstrap, data_dir=tmp_path, namespace=unique_name)
     conf = settings.kafka_config(kafka_bootstrap)
     ns = f"{unique_name}.snap"
-    app_id = f"faultline-correlator.{ns}"
+    app_id = correlator_app_id(ns)
     snapshots = snapshot_topic_name(app_id)
     fingerprint = policy_fingerprint(load_policy(None))
     create_namespace_topics(conf, ns, partitions=1)
@@ -77,19 +70,10 @@ def test_takeover_restores_the_snapshot_and_replays_only_the_tail(kafka_bootstra
                 continue
             if blob is not None:
                 snapped = open_snapshot(blob, 0, fingerprint, KEY.encode()).position
-            committed = _committed(conf, app_id, topic_name(ns, "events"))
-        os.killpg(first.proc.pid, signal.SIGKILL)
-        first.proc.wait(10)
-        first.stop()
+            committed = committed_offset(conf, app_id, topic_name(ns, "events"))
+        sigkill(first)
 
-        pub.publish([end_marker(n, last)])
-        pub.flush()
-        second = CorrelatorWorker(settings, kafka_bootstrap, ns)
-        try:
-            wait_for_end(conf, ns, second, timeout=120)
-        finally:
-            second.stop()
-        text = second.log_text()
+        text = finish_with_successor(settings, kafka_bootstrap, ns, pub, n, last)
         found = re.search(r"restored snapshot of partition 0 at offset (\d+) \(1 cells\); rebuilt (\d+) later "
                           r"events in [\d.]+s", text)
         assert found, text[-3000:]
@@ -99,13 +83,7 @@ def test_takeover_restores_the_snapshot_and_replays_only_the_tail(kafka_bootstra
         assert rebuilt < restored_at  # the snapshot spared more than what was replayed after it
         assert "rebuilt state from" not in text  # no full rebuild
 
-        incidents, commands = collect(conf, ns)
-        got = collate(incidents, commands)
-        want = decide_offline(lines)
-        assert [(i["id"], i["category"], i["state"]) for i in got["incidents"]] == \
-               [(i["id"], i["category"], i["state"]) for i in want["incidents"]]
-        assert [c["id"] for c in got["commands"]] == [c["id"] for c in want["commands"]]
-        assert {c.id for c in commands} == {c["id"] for c in want["commands"]}  # nothing under another id
+        assert_decided_as_offline(conf, ns, lines)
     finally:
         delete_namespace_topics(conf, ns)
         for fut in AdminClient(conf).delete_topics([snapshots], operation_timeout=30).values():

@@ -2,36 +2,28 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
-from faultline.outcome import collate, decide_offline
-from faultline.pipeline import CorrelatorWorker, archive, collect, end_marker, publish_capture, wait_for_end
+from faultline.pipeline import CorrelatorWorker, archive, publish_capture
 from faultline.settings import Settings
 from faultline.topic_io import create_namespace_topics, delete_namespace_topics, read_topic
 from producers.delivery import EventPublisher
 from sinks.archive.store import Archive
-from streams.decisions import Command, Incident
-from streams.topics import topic_name
+from streams.topics import correlator_app_id, topic_name
+from tests.faultline.takeover import (
+    assert_decided_as_offline,
+    committed_offset,
+    finish_with_successor,
+    sigkill,
+)
 
 SCENARIO = Path(__file__).resolve().parents[3] / "shared" / "scenarios" / "xid79_multi_node.jsonl"
 
 pytestmark = [pytest.mark.broker,
               pytest.mark.skipif(not SCENARIO.is_file(), reason="shared scenarios not present")]
-
-
-def _committed(conf: dict[str, Any], group: str, topic: str) -> int:
-    c = Consumer({**conf, "group.id": group, "enable.auto.commit": False})
-    try:
-        return c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
-    finally:
-        c.close()
 
 
 def test_sigkill_mid_stream_then_restart_gives_the_same_decisions(kafka_bootstrap: str, tmp_path: Path,
@@ -51,31 +43,14 @@ def test_sigkill_mid_stream_then_restart_gives_the_same_decisions(kafka_bootstra
         deadline = time.monotonic() + 90
         # Kill it once it has published decisions and committed some progress, so the next one must rebuild.
         while not (list(read_topic(conf, topic_name(ns, "incidents"), timeout=5))
-                   and _committed(conf, f"faultline-correlator.{ns}", topic_name(ns, "events")) > 0):
+                   and committed_offset(conf, correlator_app_id(ns), topic_name(ns, "events")) > 0):
             assert time.monotonic() < deadline and first.alive(), first.tail()
             time.sleep(0.2)
-        os.killpg(first.proc.pid, signal.SIGKILL)  # mid-stream: the incident is open, decisions pending
-        first.proc.wait(10)
-        first.stop()
+        sigkill(first)  # mid-stream: the incident is open, decisions pending
 
-        pub.publish([end_marker(n, last)])
-        pub.flush()
-        second = CorrelatorWorker(settings, kafka_bootstrap, ns)
-        try:
-            wait_for_end(conf, ns, second, timeout=120)
-        finally:
-            second.stop()
-        assert "rebuilt state from" in second.log_text()
-
-        incidents, commands = collect(conf, ns)
-        got = collate(incidents, commands)
-        want = decide_offline(lines)
-        assert [(i["id"], i["category"], i["state"]) for i in got["incidents"]] == \
-               [(i["id"], i["category"], i["state"]) for i in want["incidents"]]
-        assert [c["id"] for c in got["commands"]] == [c["id"] for c in want["commands"]]
-        # Nothing decided twice under a different id: every record on the topic is one of those.
-        assert {c.id for c in commands} == {c["id"] for c in want["commands"]}
-        assert all(isinstance(i, Incident) for i in incidents) and all(isinstance(c, Command) for c in commands)
+        log = finish_with_successor(settings, kafka_bootstrap, ns, pub, n, last)
+        assert "rebuilt state from" in log
+        want = assert_decided_as_offline(conf, ns, lines)
 
         # The archive holds what an uninterrupted run archives: every event once, the same decisions.
         archive(settings, conf, ns)
