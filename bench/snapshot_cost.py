@@ -2,7 +2,7 @@
 
 ``python -m bench.snapshot_cost [--nodes 64 --hours 1]`` measures the biggest public scenarios and
 a simulated fleet (:mod:`faultline.simulate`) large enough to fill the engine's id window, and the
-rate a takeover replays events at (decode and judge, as ``correlators.app.rebuild`` does, without
+rate a takeover replays events at (decode and judge, as ``correlators.rebuild.rebuild`` does, without
 the broker). Figures for RELIABILITY.md and the takeover line of ``faultline topics plan``.
 """
 

@@ -47,7 +47,7 @@ purpose (each says why in the plan):
   of a *cell* (a set of nodes no job or rack crosses) in order; events are
   keyed by cell (:mod:`streams.cells`), so a cell never straddles partitions,
   and a worker taking over rebuilds its state one partition at a time
-  (``correlators.app.rebuild``), from the partition's newest state snapshot
+  (``correlators.rebuild.rebuild``), from the partition's newest state snapshot
   (``correlators.snapshots``), so a takeover replays at most the snapshot
   interval, not the retention. This plan sizes one cell per namespace, with
   one ``events`` partition, and says how many cells the fleet needs; a
