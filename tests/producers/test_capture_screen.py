@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from bench.bad_input import HUGE_LINE_BYTES, mixed_capture
+from correlators.engine import Correlator
+from correlators.policy import load_policy
 from faultline.outcome import decide_offline
 from producers.capture import BAD_KINDS, MAX_LINE_BYTES, BadInput, parse_capture_line
 from producers.capture_reader import OversizedLine, read_capture_lines
@@ -133,6 +135,22 @@ def test_every_bad_kind_mixed_into_a_real_capture_is_refused_as_that_kind_and_on
     assert {v.line: v.error.kind for v in verdicts if isinstance(v, Refused)} == mixed.bad
     accepted = [mixed.lines[v.line - 1] for v in verdicts if isinstance(v, Accepted)]
     assert accepted == good
-    # Not a vacuous check: fed to the correlator unscreened, the same lines decide otherwise.
+    # Not a vacuous check: fed to the correlator unscreened (each line parsed alone), the same
+    # lines decide otherwise. (decide_offline screens, as replay does.)
     unscreened = [x for x in mixed.lines if len(x) <= MAX_LINE_BYTES]
-    assert decide_offline(unscreened) != decide_offline(good)
+    assert _decide_unscreened(unscreened) != _decide_unscreened(good)
+    assert decide_offline(mixed.lines) == decide_offline(good)  # screened, they decide as the good alone
+
+
+def _decide_unscreened(lines: list[bytes]) -> list[tuple[str, str]]:
+    """The correlator's decisions (kind, id) on lines parsed one by one, no screen around them."""
+    engine = Correlator(load_policy(None))
+    out: list[tuple[str, str]] = []
+    for raw in lines:
+        try:
+            events = parse_capture_line(raw)
+        except BadInput:
+            continue
+        for e in events:
+            out += [(type(d).__name__, d.id) for d in engine.process(e)]
+    return out
