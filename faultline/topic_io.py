@@ -33,16 +33,37 @@ def check_broker(conf: dict[str, Any], timeout: float = 10.0) -> None:
             "`python -m deploy.local.kafka start`).") from exc
 
 
+def _create(conf: dict[str, Any], new: list[NewTopic], timeout: float = 30.0) -> None:
+    """Create ``new`` (an existing topic is fine), then wait until the broker's metadata lists them.
+
+    A topic whose creation was acknowledged is not yet in every metadata answer (a broker just
+    started is still loading); a worker started right after would not find it.
+    """
+    admin = AdminClient(conf)
+    made = []
+    for name, fut in admin.create_topics(new, operation_timeout=timeout).items():
+        try:
+            fut.result(timeout=timeout)
+            made.append(name)
+        except KafkaException as exc:
+            if "TOPIC_AUTHORIZATION_FAILED" in str(exc):
+                # A least-privilege user (deploy/acls.py) uses topics the admin created; Kafka says
+                # "not authorized" whether or not the topic exists, so a missing one shows up on first use.
+                log.info("not allowed to create %s; assuming the admin did (`faultline topics apply`)", name)
+            elif "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise RuntimeError(f"could not create topic {name}: {exc}") from exc
+    deadline = time.monotonic() + timeout
+    while made:
+        made = [name for name in made if topic_partitions(conf, name, timeout) is None]
+        if made and time.monotonic() > deadline:
+            raise RuntimeError(f"created {made} but the broker does not list them after {timeout:.0f}s")
+        if made:
+            time.sleep(0.2)
+
+
 def ensure_topic(conf: dict[str, Any], name: str, partitions: int, config: dict[str, str]) -> None:
     """Create ``name`` unless it exists."""
-    admin = AdminClient(conf)
-    for fut in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
-                                             config=config)], operation_timeout=30).values():
-        try:
-            fut.result(timeout=30)
-        except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise RuntimeError(f"could not create topic {name}: {exc}") from exc
+    _create(conf, [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config)])
 
 
 def topic_partitions(conf: dict[str, Any], name: str, timeout: float = 30.0) -> int | None:
@@ -65,23 +86,12 @@ def grow_topic(conf: dict[str, Any], name: str, partitions: int) -> None:
 
 def create_namespace_topics(conf: dict[str, Any], namespace: str, partitions: int | None = None) -> list[str]:
     """Create every declared topic of a namespace (``partitions`` overrides the declared count)."""
-    admin = AdminClient(conf)
-    names = [topic_name(namespace, s) for s in TOPICS]
-    new = [NewTopic(topic_name(namespace, s), num_partitions=partitions or spec.partitions, replication_factor=1,
-                    config={"cleanup.policy": spec.cleanup,
-                            **({"retention.ms": str(spec.retention_ms)} if spec.retention_ms else {})})
-           for s, spec in TOPICS.items()]
-    for name, fut in admin.create_topics(new, operation_timeout=30).items():
-        try:
-            fut.result(timeout=30)
-        except KafkaException as exc:
-            if "TOPIC_AUTHORIZATION_FAILED" in str(exc):
-                # A least-privilege user (deploy/acls.py) uses topics the admin created; Kafka says
-                # "not authorized" whether or not the topic exists, so a missing one shows up on first use.
-                log.info("not allowed to create %s; assuming the admin did (`faultline topics apply`)", name)
-            elif "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise RuntimeError(f"could not create topic {name}: {exc}") from exc
-    return names
+    _create(conf, [NewTopic(topic_name(namespace, s), num_partitions=partitions or spec.partitions,
+                            replication_factor=1,
+                            config={"cleanup.policy": spec.cleanup,
+                                    **({"retention.ms": str(spec.retention_ms)} if spec.retention_ms else {})})
+                   for s, spec in TOPICS.items()])
+    return [topic_name(namespace, s) for s in TOPICS]
 
 
 def delete_namespace_topics(conf: dict[str, Any], namespace: str) -> None:
