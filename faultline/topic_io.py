@@ -54,7 +54,8 @@ def _create(conf: dict[str, Any], new: list[NewTopic], timeout: float = 30.0) ->
                 raise RuntimeError(f"could not create topic {name}: {exc}") from exc
     deadline = time.monotonic() + timeout
     while made:
-        made = [name for name in made if topic_partitions(conf, name, timeout) is None]
+        listed = admin.list_topics(timeout=timeout).topics  # all topics: naming one may auto-create it
+        made = [name for name in made if name not in listed or listed[name].error or not listed[name].partitions]
         if made and time.monotonic() > deadline:
             raise RuntimeError(f"created {made} but the broker does not list them after {timeout:.0f}s")
         if made:
