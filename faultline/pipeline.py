@@ -75,25 +75,14 @@ class CorrelatorWorker:
 
     def __init__(self, settings: Settings, bootstrap: str, namespace: str, name: str | None = None,
                  log_level: str = "warn") -> None:
-        env = {**os.environ, "FAULTLINE_KAFKA": bootstrap, "FAULTLINE_NAMESPACE": namespace,
-               "FAULTLINE_CELL": settings.cell,
-               "FAULTLINE_DATA_DIR": str(settings.data_dir), "PYTHONUNBUFFERED": "1",
-               "FAULTLINE_LIVE_CLOCK": "true" if settings.live_clock else "false"}
-        if settings.policy:
-            env["FAULTLINE_POLICY"] = str(settings.policy)
-        if settings.signing_keys:
-            env["FAULTLINE_SIGNING_KEYS"] = settings.signing_keys.get_secret_value()
-        env["FAULTLINE_SNAPSHOT_EVERY_EVENTS"] = str(settings.snapshot_every_events)
-        env["FAULTLINE_SNAPSHOT_EVERY_S"] = str(settings.snapshot_every_s)
-        if settings.snapshot_key:
-            env["FAULTLINE_SNAPSHOT_KEY"] = settings.snapshot_key.get_secret_value()
-        # Broker credentials by environment, never argv (any local user can read a command line):
-        # these settings' own, not whatever FAULTLINE_KAFKA_* this process inherited.
-        for key, value in settings.kafka_security_env().items():
+        # These settings, not whatever FAULTLINE_* this process inherited; secrets by environment.
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        for key, value in settings.child_env().items():
             if value is None:
                 env.pop(key, None)
             else:
                 env[key] = value
+        env.update(FAULTLINE_KAFKA=bootstrap, FAULTLINE_NAMESPACE=namespace)
         logdir = settings.data_dir / "logs"
         logdir.mkdir(parents=True, exist_ok=True)
         self.log_path = logdir / f"worker-{namespace}{f'-{name}' if name else ''}.log"

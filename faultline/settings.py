@@ -109,17 +109,28 @@ class Settings(BaseSettings):
     def archive_url(self) -> str:
         return self.archive or f"chdb://{(self.data_dir / 'archive').resolve()}"
 
-    def kafka_security_env(self) -> dict[str, str | None]:
-        """The ``FAULTLINE_KAFKA_*`` variables that give a child process these broker credentials (None: unset).
+    def child_env(self) -> dict[str, str | None]:
+        """Every setting as the ``FAULTLINE_*`` variable that gives it to a child process (None: unset).
 
-        For processes we start (the Faust worker): by environment, because a command line is public.
+        For processes we start (the Faust worker): secrets travel by environment, never argv,
+        because a command line is public. Every field, so a new setting cannot be forgotten.
         """
-        return {
-            "FAULTLINE_KAFKA_SECURITY_PROTOCOL": self.kafka_security_protocol,
-            "FAULTLINE_KAFKA_SASL_MECHANISM": self.kafka_sasl_mechanism,
-            "FAULTLINE_KAFKA_USERNAME": self.kafka_username,
-            "FAULTLINE_KAFKA_PASSWORD": self.kafka_password.get_secret_value() if self.kafka_password else None,
-        }
+        env: dict[str, str | None] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            elif isinstance(value, bool):
+                value = "true" if value else "false"
+            env[f"FAULTLINE_{name.upper()}"] = None if value is None else str(value)
+        return env
+
+    def kafka_security_env(self) -> dict[str, str | None]:
+        """The ``FAULTLINE_KAFKA_*`` variables of the broker credentials (None: unset); see :meth:`child_env`."""
+        keys = ("FAULTLINE_KAFKA_SECURITY_PROTOCOL", "FAULTLINE_KAFKA_SASL_MECHANISM", "FAULTLINE_KAFKA_USERNAME",
+                "FAULTLINE_KAFKA_PASSWORD")
+        env = self.child_env()
+        return {key: env[key] for key in keys}
 
     def kafka_config(self, bootstrap: str) -> dict[str, Any]:
         """librdkafka settings for confluent-kafka clients (secrets included: never log this)."""
