@@ -1,7 +1,7 @@
 """The Faust worker: a thin adapter that feeds the events topic to the pure correlator.
 
 Run it with ``faultline worker`` (or ``python -m correlators.app worker``).
-Configuration comes from ``FAULTLINE_*`` (see :mod:`faultline.settings`); the
+Configuration comes from ``FAULTLINE_*`` (see :mod:`common.settings`); the
 app is built when the worker starts (:func:`main`), not at import.
 
 Scale-out. Events are keyed by cell (:mod:`streams.cells`), so a cell's events
@@ -54,6 +54,10 @@ import faust
 from faust.types import TP, Message
 from pydantic import ValidationError
 
+from common import metrics as m
+from common.deadletters import dead_letter
+from common.kafka_admin import ensure_topic, grow_topic, topic_partitions
+from common.settings import Settings
 from correlators.broker_auth import faust_credentials
 from correlators.engine import Correlator
 from correlators.partitions import Folded, Judged, PartitionState, Step, WorkerState
@@ -78,10 +82,7 @@ from correlators.snapshots import (
     restore,
     seal,
 )
-from faultline.settings import Settings
-from faultline.topic_io import ensure_topic, grow_topic, topic_partitions
-from sinks import metrics as m
-from streams.decisions import Command, DeadLetter, Incident, StreamEnd
+from streams.decisions import Command, Incident, StreamEnd
 from streams.events import Event
 from streams.signing import sign
 from streams.topics import correlator_app_id, topic_name
@@ -371,8 +372,7 @@ def make_app(settings: Settings) -> faust.App:
             except ValidationError as exc:
                 state.skip(offset)
                 m.DEAD_LETTERS.labels("correlator").inc()
-                dl = DeadLetter(stage="correlator", reason=f"undecodable event: {exc.errors()[0]['msg']}",
-                                raw=bytes(ev.value).decode("utf-8", "replace")[:10000], at=datetime.now(UTC))
+                dl = dead_letter("correlator", f"undecodable event: {exc.errors()[0]['msg']}", bytes(ev.value))
                 await send("deadletters", "correlator", dl.model_dump_json().encode())
                 continue
             started.setdefault(part, time.monotonic())

@@ -1,6 +1,6 @@
 """The Faust worker's broker credentials, from the same settings the confluent-kafka clients use.
 
-The other stages hand :meth:`faultline.settings.Settings.kafka_config` to librdkafka; Faust
+The other stages hand :meth:`common.settings.Settings.kafka_config` to librdkafka; Faust
 speaks to Kafka through aiokafka, which takes a credentials object instead. Both are built from
 ``FAULTLINE_KAFKA_SECURITY_PROTOCOL``, ``_SASL_MECHANISM``, ``_USERNAME`` and ``_PASSWORD``, so a
 worker can never connect differently from the rest of the pipeline. TLS uses the system's CA
@@ -14,7 +14,7 @@ import ssl
 from faust.auth import SASLCredentials, SSLCredentials
 from faust.types.auth import CredentialsT, SASLMechanism
 
-from faultline.settings import Settings
+from common.settings import Settings
 
 __all__ = ["faust_credentials"]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from common.kafka_admin import ensure_topic, grow_topic
 from correlators.snapshots import MAX_SNAPSHOT_BYTES
-from faultline.topic_io import ensure_topic, grow_topic
 
 __all__ = ["SnapshotWriter", "ensure_snapshot_topic", "events_log_start", "read_latest_snapshot",
            "snapshot_topic_name"]

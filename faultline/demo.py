@@ -15,6 +15,8 @@ from collections.abc import Iterator
 
 from confluent_kafka import Consumer
 
+from common.kafka_admin import create_namespace_topics
+from common.settings import Settings
 from faultline.pipeline import (
     CorrelatorWorker,
     archive,
@@ -23,9 +25,7 @@ from faultline.pipeline import (
     publish_capture,
     wait_for_end,
 )
-from faultline.settings import Settings
 from faultline.simulate import Fleet
-from faultline.topic_io import create_namespace_topics
 from producers.delivery import EventPublisher
 from streams.decisions import Command, Incident
 from streams.topics import topic_name

@@ -37,12 +37,12 @@ def decide_offline(lines: Iterable[bytes | str], policy_path: str | None = None,
     """Run capture lines through the capture screen, the parsers and the correlator in-process (no broker).
 
     The same code `faultline replay` and the Faust worker run (bad lines are
-    refused by the same :class:`~producers.capture_screen.CaptureScreen`), so
+    refused by the same :class:`~producers.capture.screen.CaptureScreen`), so
     the decisions agree; used by the tests to check decisions in milliseconds.
     """
     from correlators.engine import Correlator
     from correlators.policy import load_policy
-    from producers.capture_screen import Accepted, CaptureScreen
+    from producers.capture.screen import Accepted, CaptureScreen
     from streams.events import EndOfCapture, Event
 
     engine = Correlator(load_policy(policy_path))

@@ -21,20 +21,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from faultline.outcome import collate
-from faultline.settings import Settings
-from faultline.topic_io import (
+from common import metrics
+from common.kafka_admin import (
     BrokerUnreachable,
     check_broker,
     create_namespace_topics,
     delete_namespace_topics,
-    read_topic,
 )
+from common.kafka_reader import read_topic
+from common.settings import Settings
+from faultline.outcome import collate
 from producers import metrics as producer_metrics
-from producers.capture_reader import OversizedLine, read_capture_lines
-from producers.capture_screen import CaptureScreen, Refused
+from producers.capture.reader import OversizedLine, read_capture_lines
+from producers.capture.screen import CaptureScreen, Refused
 from producers.delivery import EventPublisher
-from sinks import metrics
 from streams.decisions import Command, Incident, StreamEnd
 from streams.events import EndOfCapture, Event
 from streams.topics import topic_name
@@ -136,7 +136,7 @@ class Run:
 
 def publish_capture(pub: EventPublisher, lines: Iterable[bytes | OversizedLine],
                     on_line: Callable[[int], None] | None = None) -> tuple[int, int, int, datetime | None]:
-    """Screen and publish every line (:mod:`producers.capture_screen`): a good line's events go to
+    """Screen and publish every line (:mod:`producers.capture.screen`): a good line's events go to
     the events topic; a bad line (too long, a duplicate, unparsable, a time far from its neighbours')
     becomes one dead letter naming its line number and why, and counts in
     ``faultline_dead_letters_total{stage="producer"}`` and ``faultline_capture_bad_lines_total{kind}``.

@@ -32,6 +32,7 @@ import yaml
 from prometheus_client import start_http_server
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from common.deadletters import dead_letter
 from producers import metrics
 from producers.capture import BadInput, parse_capture_line
 from producers.exported_metrics import ExportedMetrics
@@ -43,7 +44,7 @@ from streams.decisions import DeadLetter
 from streams.events import Event
 
 if TYPE_CHECKING:
-    from faultline.settings import Settings
+    from common.settings import Settings
 
 __all__ = ["Agent", "AgentConfig", "ConfigError", "SourceRunner", "SpoolConfig", "load_config", "run_agent"]
 
@@ -55,7 +56,6 @@ _QUEUE_MAX = 10_000
 _BATCH_MAX = 1_000
 _BACKOFF_S = (1.0, 300.0)
 _STOP_BUDGET_S = 10.0
-_RAW_MAX = 10_000
 
 
 class ConfigError(ValueError):
@@ -296,7 +296,7 @@ class Agent:
                 log.warning("source %s: unusable observation (%s)", name, exc.reason)
                 metrics.PARSE_ERRORS.labels(name).inc()
                 self.publisher.dead_letter(
-                    DeadLetter(stage="agent", reason=f"{name}: {exc.reason}", raw=line[:_RAW_MAX], at=datetime.now(UTC))
+                    dead_letter("agent", f"{name}: {exc.reason}", line)
                 )
                 continue
             for event in parsed:

@@ -1,7 +1,7 @@
 """The node's health as Prometheus metrics, from the same events the agent publishes.
 
 These are the names ``deploy/prometheus/alerts.yml`` alerts on (listed in
-:data:`sinks.metrics.AGENT_METRICS`): GPU temperature, XIDs, volatile ECC counts,
+:data:`common.metrics.AGENT_METRICS`): GPU temperature, XIDs, volatile ECC counts,
 clock event reasons, and per training job the latest loss and checkpoint age
 and interval. A training job is labelled ``training_job`` (Prometheus' own
 ``job`` label would overwrite ``job``). NVML keeps the ECC counts itself, so

@@ -36,9 +36,9 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import Counter
 from pydantic import BaseModel
 
-from sinks import metrics as stage_metrics
+from common import metrics as stage_metrics
+from common.deadletters import dead_letter
 from sinks.archive.store import Archive
-from streams.decisions import DeadLetter
 from streams.topics import TOPICS, topic_name
 
 __all__ = [
@@ -73,7 +73,6 @@ _BACKOFF_FIRST_S = 0.1
 _BACKOFF_MAX_S = 5.0
 _DRAIN_BATCH = 5000
 _DRAIN_WAIT_S = 0.2
-_MAX_REASON = 2000
 # Consumer settings that the admin client (end offsets) shares.
 _CONNECTION_SETTINGS = ("bootstrap.", "client.", "security.", "sasl.", "ssl.", "socket.")
 
@@ -273,9 +272,7 @@ class ArchiveSink:
             stage_metrics.DEAD_LETTERS.labels("sink").inc()
             kind, ms = msg.timestamp()
             at = datetime.fromtimestamp(ms / 1000, UTC) if kind != TIMESTAMP_NOT_AVAILABLE else datetime.now(UTC)
-            raw = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value or "")
-            reason = f"{type(exc).__name__}: {exc}"[:_MAX_REASON]
-            return "deadletters", DeadLetter(stage=f"archive-sink:{topic}", reason=reason, raw=raw, at=at)
+            return "deadletters", dead_letter(f"archive-sink:{topic}", f"{type(exc).__name__}: {exc}", value, at)
 
     def _flush(self, batch: _Batch, wait: Callable[[float], bool]) -> int | None:
         """Write the batch (retrying), then commit its offsets; None if ``wait`` gave up."""

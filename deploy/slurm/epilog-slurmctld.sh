@@ -11,5 +11,5 @@ FAULTLINE_SCHEDULER_CONFIG=${FAULTLINE_SCHEDULER_CONFIG:-/etc/faultline/schedule
 if [ -r "$FAULTLINE_ENV_FILE" ]; then
   set -a; . "$FAULTLINE_ENV_FILE"; set +a     # FAULTLINE_KAFKA, SASL user and password
 fi
-timeout 10 "$FAULTLINE_PYTHON" -m deploy.slurm.job_event ended --config "$FAULTLINE_SCHEDULER_CONFIG" || true
+timeout 10 "$FAULTLINE_PYTHON" -m producers.scheduler.slurm_hook ended --config "$FAULTLINE_SCHEDULER_CONFIG" || true
 exit 0

@@ -43,10 +43,11 @@ from confluent_kafka import (
 from prometheus_client import Counter
 from pydantic import BaseModel, ValidationError
 
-from faultline.topic_io import read_topic
-from sinks import metrics as stage_metrics
+from common import metrics as stage_metrics
+from common.deadletters import dead_letter
+from common.kafka_reader import read_topic
 from sinks.executors.core import Executor
-from streams.decisions import Approval, Command, CommandResult, DeadLetter
+from streams.decisions import Approval, Command, CommandResult
 from streams.topics import topic_name
 
 __all__ = ["ExecutorRunner", "RESULTS_PUBLISHED"]
@@ -58,7 +59,6 @@ RESULTS_PUBLISHED = Counter("faultline_executor_results", "Command results publi
 _BACKOFF_FIRST_S = 0.2
 _BACKOFF_MAX_S = 5.0
 _FOLLOW_BATCH = 500
-_MAX_RAW = 10_000
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -283,9 +283,8 @@ class ExecutorRunner:
         try:
             return model.model_validate_json(value)
         except ValidationError as exc:
-            raw = value.decode("utf-8", "replace")[:_MAX_RAW] if isinstance(value, bytes) else str(value)
-            letter = DeadLetter(stage=f"executor:{self.executor.name}:{msg.topic()}",
-                                reason=f"{type(exc).__name__}: {exc}"[:2000], raw=raw, at=self.clock())
+            letter = dead_letter(f"executor:{self.executor.name}:{msg.topic()}", f"{type(exc).__name__}: {exc}",
+                                 value, self.clock())
             self._deliver(self._topics["deadletters"], letter.stage, letter)
             return None
 

@@ -6,8 +6,8 @@ import pytest
 from faust.auth import SASLCredentials, SSLCredentials
 from faust.types.auth import AuthProtocol, SASLMechanism
 
+from common.settings import Settings
 from correlators.broker_auth import faust_credentials
-from faultline.settings import Settings
 
 
 def test_plaintext_has_no_credentials() -> None:

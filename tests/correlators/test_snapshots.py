@@ -33,7 +33,7 @@ from correlators.snapshots import (
 )
 from correlators.state import Decision
 from faultline.outcome import collate, decide_offline
-from producers.capture_screen import Accepted, CaptureScreen
+from producers.capture.screen import Accepted, CaptureScreen
 from streams.cells import cell_key
 from streams.decisions import Command, Incident
 from streams.events import EndOfCapture, Event

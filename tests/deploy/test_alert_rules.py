@@ -16,9 +16,8 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-import sinks.metrics
-from faultline.settings import REPO_ROOT
-from sinks.metrics import (
+import common.metrics
+from common.metrics import (
     AGENT_METRICS,
     CONSUMER_LAG,
     DETECTION_TO_COMMAND,
@@ -28,6 +27,7 @@ from sinks.metrics import (
     set_consumer_lag,
     set_incidents_open,
 )
+from common.settings import REPO_ROOT
 
 PROMETHEUS = REPO_ROOT / "deploy" / "prometheus"
 PROMTOOL = shutil.which("promtool")
@@ -89,7 +89,7 @@ def _exported_names() -> set[str]:
     """Every sample name faultline's metrics expose: the pipeline's collectors and the agent's."""
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
     names = {spec.name for spec in AGENT_METRICS}
-    for value in vars(sinks.metrics).values():
+    for value in vars(common.metrics).values():
         if isinstance(value, MetricWrapperBase):
             for family in value.describe():
                 names |= {family.name + s for s in suffixes[family.type]}

@@ -24,7 +24,7 @@ COMPOSE = REPO / "deploy" / "compose" / "compose.yaml"
 ENV_EXAMPLE = REPO / "deploy" / "compose" / ".env.example"
 DOCKERFILE = REPO / "deploy" / "docker" / "Dockerfile"
 FAULTLINE_SERVICES = ("topics", "correlator", "sink", "executor", "executor-slurm", "agent", "agent-gpu")
-METRICS_PORTS = {"agent": 9464, "correlator": 9465, "sink": 9466, "executor": 9467}  # sinks/metrics.py
+METRICS_PORTS = {"agent": 9464, "correlator": 9465, "sink": 9466, "executor": 9467}  # common/metrics.py
 
 
 @functools.cache

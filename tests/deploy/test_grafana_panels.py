@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from faultline.settings import REPO_ROOT
+from common.settings import REPO_ROOT
 from sinks.archive import Archive
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ pytestmark = [
 ]
 
 OVERLAYS = {p.name: p for p in overlays()}
-METRICS_PORTS = {"agent": 9464, "correlator": 9465, "sink": 9466, "executor": 9467}  # sinks/metrics.py
+METRICS_PORTS = {"agent": 9464, "correlator": 9465, "sink": 9466, "executor": 9467}  # common/metrics.py
 
 
 def _tools() -> Tools:

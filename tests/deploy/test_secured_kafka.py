@@ -23,6 +23,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from common.kafka_admin import create_namespace_topics
+from common.kafka_reader import read_topic
+from common.settings import Settings
 from deploy.acls import SERVICES, acl_plan, apply_acls
 from deploy.local.kafka import LocalKafka
 from deploy.local.kafka_security import BrokerAuth
@@ -36,8 +39,6 @@ from faultline.pipeline import (
     replay,
     wait_for_end,
 )
-from faultline.settings import Settings
-from faultline.topic_io import create_namespace_topics, read_topic
 from producers.delivery import EventPublisher
 from sinks.executors.approvals import send_decision
 from sinks.executors.launch import ExecutorOptions, make_executor

@@ -10,9 +10,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from common.settings import Settings
 from faultline.outcome import collate, decide_offline
 from faultline.pipeline import CorrelatorWorker, collect, end_marker, wait_for_end
-from faultline.settings import Settings
 from producers.delivery import EventPublisher
 from streams.decisions import Command
 

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from bench.bad_input import mixed_capture
+from common.kafka_admin import delete_namespace_topics
+from common.kafka_reader import read_topic
+from common.settings import Settings
+from faultline.bench.bad_input import mixed_capture
 from faultline.outcome import decide_offline
 from faultline.pipeline import replay
-from faultline.settings import Settings
-from faultline.topic_io import delete_namespace_topics, read_topic
 from producers.capture import BAD_KINDS, parse_capture_line
 from sinks.archive.store import Archive
 from streams.decisions import DeadLetter

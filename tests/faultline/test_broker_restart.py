@@ -34,11 +34,12 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from common.kafka_admin import create_namespace_topics
+from common.kafka_reader import read_topic
+from common.settings import Settings
 from deploy.local.kafka import LocalKafka
 from faultline.outcome import collate, decide_offline
 from faultline.pipeline import CorrelatorWorker, end_marker, wait_for_end
-from faultline.settings import Settings
-from faultline.topic_io import create_namespace_topics, read_topic
 from producers.capture import BadInput, parse_capture_line
 from producers.spool import SpoolingPublisher
 from sinks.archive import Archive

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from common.kafka_admin import create_namespace_topics, delete_namespace_topics
+from common.settings import Settings
 from faultline.cli import EXAMPLES, main
-from faultline.settings import Settings
-from faultline.topic_io import create_namespace_topics, delete_namespace_topics
 from producers.delivery import EventPublisher
 from sinks.archive.store import Archive
 from streams.events import AgentHeartbeat, Event
@@ -74,8 +74,8 @@ def test_sink_run_archives_until_sigterm(kafka_bootstrap: str, tmp_path: Path, u
 @pytest.mark.broker
 def test_quarantine_and_release_reach_the_correlator(kafka_bootstrap: str, tmp_path: Path, unique_name: str,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from common.kafka_reader import read_topic
     from faultline.pipeline import CorrelatorWorker
-    from faultline.topic_io import read_topic
     from streams.decisions import Command
     from streams.events import GpuInfo, Inventory
     from streams.topics import topic_name

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from common.settings import Settings
 from faultline.cli import main as cli
 from faultline.operator_views import incident_data, status_data
 from faultline.pipeline import Run, replay
-from faultline.settings import Settings
 from faultline.timeline_html import render_timeline
 from sinks.archive.store import Archive
 

@@ -10,9 +10,10 @@ from types import ModuleType
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from common.kafka_admin import delete_namespace_topics
+from common.kafka_reader import read_topic
+from common.settings import Settings
 from faultline.pipeline import replay
-from faultline.settings import Settings
-from faultline.topic_io import delete_namespace_topics, read_topic
 from sinks.archive.store import Archive
 from streams.decisions import DeadLetter
 from streams.topics import topic_name

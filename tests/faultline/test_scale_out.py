@@ -35,10 +35,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from common.kafka_admin import create_namespace_topics, delete_namespace_topics, grow_topic
+from common.kafka_reader import read_topic
+from common.settings import Settings
 from faultline.outcome import collate, decide_offline
 from faultline.pipeline import CorrelatorWorker, end_marker, publish_capture
-from faultline.settings import Settings
-from faultline.topic_io import create_namespace_topics, delete_namespace_topics, grow_topic, read_topic
 from producers.delivery import EventPublisher
 from streams.decisions import Command, Incident, StreamEnd
 from streams.topics import topic_name

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from common.kafka_admin import create_namespace_topics, delete_namespace_topics
+from common.settings import Settings
 from correlators.policy import load_policy
 from correlators.snapshot_topic import read_latest_snapshot, snapshot_topic_name
 from correlators.snapshots import open_snapshot, policy_fingerprint
 from faultline.pipeline import CorrelatorWorker, publish_capture
-from faultline.settings import Settings
-from faultline.topic_io import create_namespace_topics, delete_namespace_topics
 from producers.delivery import EventPublisher
 from streams.topics import correlator_app_id, topic_name
 from tests.faultline.takeover import (

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from common.kafka_admin import create_namespace_topics, delete_namespace_topics
+from common.kafka_reader import read_topic
+from common.settings import Settings
 from faultline.pipeline import CorrelatorWorker, archive, publish_capture
-from faultline.settings import Settings
-from faultline.topic_io import create_namespace_topics, delete_namespace_topics, read_topic
 from producers.delivery import EventPublisher
 from sinks.archive.store import Archive
 from streams.topics import correlator_app_id, topic_name

@@ -20,7 +20,7 @@ kind and reason, a new set of event kinds, a new per-source result), as
 ``any--<hash>``, and stops with the input (saved as ``crash--<hash>``, shrunk)
 at the first undocumented exception: fix the parser, rename the file to what
 it should give, commit both. ``--seed`` rewrites the seed files from the
-public scenarios and ``bench.bad_input``. Inputs are at most
+public scenarios and ``faultline.bench.bad_input``. Inputs are at most
 :data:`MAX_INPUT_BYTES`; keep the corpus under 1 MB.
 """
 
@@ -41,8 +41,8 @@ from pydantic import BaseModel
 
 from producers.bmc.sel import parse_sel_line
 from producers.capture import BAD_KINDS, BadInput, parse_capture_line
-from producers.capture_reader import OversizedLine, read_capture_lines
-from producers.capture_screen import Accepted, CaptureScreen, Refused
+from producers.capture.reader import OversizedLine, read_capture_lines
+from producers.capture.screen import Accepted, CaptureScreen, Refused
 from producers.framework.torch_lines import parse_framework_line
 from producers.framework.torchelastic import parse_worker_failure
 from producers.jobs.trainer_file import parse_trainer_line
@@ -308,10 +308,10 @@ _CORNERS: list[tuple[str, str, bytes]] = [
 
 
 def write_seeds() -> int:
-    """One file per bad kind (``bench.bad_input``) and per kind of real line (the public scenarios)."""
+    """One file per bad kind (``faultline.bench.bad_input``) and per kind of real line (the public scenarios)."""
     from datetime import UTC, datetime
 
-    from bench.bad_input import _bad_lines
+    from faultline.bench.bad_input import _bad_lines
 
     CORPUS.mkdir(exist_ok=True)
     sample = {"ts": "2026-04-22T03:00:00Z", "source": "node_agent", "node": "n1", "alive": True}

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from faultline.topic_io import create_namespace_topics, read_topic
+from common.kafka_admin import create_namespace_topics
+from common.kafka_reader import read_topic
 from producers import registry
 from producers.agent import Agent, AgentConfig, ConfigError, load_config
 from producers.capture import parse_capture_line

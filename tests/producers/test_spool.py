@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
+from common.kafka_admin import create_namespace_topics
+from common.kafka_reader import read_topic
 from deploy.local.kafka import LocalKafka
-from faultline.topic_io import create_namespace_topics, read_topic
 from producers.capture import parse_capture_line
 from producers.spool import ReconnectLogThrottle, Spool, SpoolingPublisher
 from streams.events import Event

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from common.settings import Settings
 from faultline.pipeline import Run, replay
-from faultline.settings import Settings
 
 __all__ = ["SCENARIOS", "Replayed", "replayed_archive"]
 

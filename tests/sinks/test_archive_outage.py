@@ -37,7 +37,7 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client import REGISTRY
 from pydantic import BaseModel
 
-from faultline.topic_io import create_namespace_topics, delete_namespace_topics
+from common.kafka_admin import create_namespace_topics, delete_namespace_topics
 from sinks.archive import Archive
 from sinks.archive_sink import ArchiveSink
 from streams.decisions import Command, Culprit, Incident, Target

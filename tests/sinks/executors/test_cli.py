@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from common.kafka_admin import create_namespace_topics
+from common.kafka_reader import read_topic
 from faultline.cli import main
-from faultline.topic_io import create_namespace_topics, read_topic
 from streams.decisions import Approval, CommandResult
 from streams.topics import topic_name
 

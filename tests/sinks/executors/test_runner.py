@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from faultline.topic_io import create_namespace_topics
+from common.kafka_admin import create_namespace_topics
 from sinks.executors.approvals import send_decision
 from sinks.executors.launch import ExecutorOptions, make_executor
 from sinks.executors.runner import ExecutorRunner

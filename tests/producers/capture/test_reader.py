@@ -7,7 +7,7 @@ import io
 import pytest
 
 from producers.capture import MAX_LINE_BYTES
-from producers.capture_reader import HEAD_BYTES, OversizedLine, read_capture_lines
+from producers.capture.reader import HEAD_BYTES, OversizedLine, read_capture_lines
 
 
 class CountingReader(io.BytesIO):

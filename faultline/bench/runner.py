@@ -22,11 +22,12 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from bench.goodput import compare
+from common.kafka_admin import create_namespace_topics, delete_namespace_topics
+from common.kafka_reader import read_topic
+from common.settings import Settings
+from faultline.bench.goodput import compare
 from faultline.pipeline import CorrelatorWorker, end_marker, ensure_broker, wait_for_end
-from faultline.settings import Settings
 from faultline.simulate import FaultPlan, Fleet
-from faultline.topic_io import create_namespace_topics, delete_namespace_topics, read_topic
 from producers.capture import parse_capture_line
 from producers.delivery import EventPublisher
 from streams.decisions import Command, StreamEnd

@@ -39,7 +39,7 @@ from streams.events import (
     Xid,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
+SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
 SCENARIOS = sorted((SHARED / "scenarios").glob("*.jsonl"))
 
 TS = "2026-04-22T03:25:00.000+00:00"

@@ -1,19 +1,18 @@
-"""Small helpers over confluent-kafka for commands that read or create topics."""
+"""Kafka administration over confluent-kafka: create, grow, list and delete a namespace's topics; check the broker."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from streams.topics import TOPICS, correlator_internal_topics, topic_name
 
 __all__ = ["ensure_topic", "topic_partitions", "grow_topic", "create_namespace_topics", "delete_namespace_topics",
-           "read_topic", "BrokerUnreachable", "check_broker"]
+           "BrokerUnreachable", "check_broker"]
 
 
 log = logging.getLogger("faultline.topics")
@@ -104,30 +103,3 @@ def delete_namespace_topics(conf: dict[str, Any], namespace: str) -> None:
             fut.result(timeout=30)
         except KafkaException:
             pass  # already gone
-
-
-def read_topic(conf: dict[str, Any], topic: str, timeout: float = 30.0) -> Iterator[bytes]:
-    """Every record now on ``topic``, from the beginning to the high watermark, in partition order."""
-    c = Consumer({**conf, "group.id": f"faultline-reader-{time.monotonic_ns()}", "enable.auto.commit": False})
-    try:
-        meta = c.list_topics(topic, timeout=timeout).topics[topic]
-        ends = {}
-        for p in meta.partitions:
-            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-            if hi > lo:
-                ends[p] = hi
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-        deadline = time.monotonic() + timeout
-        while ends and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None or m.error():
-                continue
-            value, offset = m.value(), m.offset() or 0
-            if value is not None:
-                yield value
-            if offset + 1 >= ends.get(m.partition(), 0):
-                ends.pop(m.partition(), None)
-        if ends:
-            raise TimeoutError(f"reading {topic}: partitions {sorted(ends)} not read to the end in {timeout}s")
-    finally:
-        c.close()

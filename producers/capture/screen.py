@@ -4,7 +4,7 @@
 screen adds what needs the lines around it, cheapest check first, so bad input
 costs less than good input and a flood of it does not slow the good lines:
 
-1. **Too long**: an :class:`~producers.capture_reader.OversizedLine` from the
+1. **Too long**: an :class:`~producers.capture.reader.OversizedLine` from the
    reader (or a line over ``MAX_LINE_BYTES`` handed in whole) is refused unread.
 2. **Duplicate**: a line whose bytes (line ending aside) equal one of the last
    :data:`DEDUPE_WINDOW` distinct lines is refused before it is parsed: a flood
@@ -16,7 +16,7 @@ costs less than good input and a flood of it does not slow the good lines:
    not refused). A copy of a bad line is refused as a duplicate of it.
 3. **Parse**: :class:`~producers.capture.BadInput` with its reason and kind.
 4. **Clock**: a timestamp far from the lines around it
-   (:mod:`producers.capture_clock`) is refused; it would move the correlator's
+   (:mod:`producers.capture.clock`) is refused; it would move the correlator's
    event clock.
 
 Verdicts come in line order, ``HALF_WINDOW`` lines late (the clock needs the
@@ -34,9 +34,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from common.deadletters import RAW_KEPT_BYTES, dead_letter
 from producers.capture import MAX_LINE_BYTES, BadInput, parse_capture_line, too_long
-from producers.capture_clock import ClockWindow
-from producers.capture_reader import OversizedLine
+from producers.capture.clock import ClockWindow
+from producers.capture.reader import OversizedLine
 from streams.decisions import DeadLetter
 from streams.events import Event
 
@@ -45,8 +46,6 @@ __all__ = ["DEDUPE_WINDOW", "DUPLICATE_RAW_BYTES", "RAW_KEPT_BYTES", "Accepted",
 
 #: Distinct lines remembered to recognise a copy (about 12 MB at most).
 DEDUPE_WINDOW = 65_536
-#: The most of a bad line a dead letter keeps.
-RAW_KEPT_BYTES = 10_000
 #: The most of a duplicate line its dead letter keeps.
 DUPLICATE_RAW_BYTES = 256
 
@@ -68,8 +67,7 @@ class Refused:
     raw: bytes
 
     def dead_letter(self, stage: str, at: datetime) -> DeadLetter:
-        return DeadLetter(stage=stage, reason=f"line {self.line}: {self.error.reason}",
-                          raw=self.raw.decode("utf-8", "replace"), at=at)
+        return dead_letter(stage, f"line {self.line}: {self.error.reason}", self.raw, at)
 
 
 Verdict = Accepted | Refused

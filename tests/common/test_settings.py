@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from faultline.settings import Settings
+from common.settings import Settings
 
 SECRET = "hunter2-but-longer"
 

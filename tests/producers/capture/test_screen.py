@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.bad_input import HUGE_LINE_BYTES, mixed_capture
 from correlators.engine import Correlator
 from correlators.policy import load_policy
+from faultline.bench.bad_input import HUGE_LINE_BYTES, mixed_capture
 from faultline.outcome import decide_offline
 from producers.capture import BAD_KINDS, MAX_LINE_BYTES, BadInput, parse_capture_line
-from producers.capture_reader import OversizedLine, read_capture_lines
-from producers.capture_screen import (
+from producers.capture.reader import OversizedLine, read_capture_lines
+from producers.capture.screen import (
     DUPLICATE_RAW_BYTES,
     RAW_KEPT_BYTES,
     Accepted,
@@ -24,7 +24,7 @@ from producers.capture_screen import (
     Verdict,
 )
 
-SCENARIO = Path(__file__).resolve().parents[3] / "shared" / "scenarios" / "xid79_multi_node.jsonl"
+SCENARIO = Path(__file__).resolve().parents[4] / "shared" / "scenarios" / "xid79_multi_node.jsonl"
 needs_scenario = pytest.mark.skipif(not SCENARIO.is_file(), reason="shared scenarios not present")
 
 

@@ -8,7 +8,7 @@ away from the capture), one 10 MB line and a flood of duplicates. It says which
 line is bad and why, so ``tests/faultline/test_bad_input.py`` can check each
 dead letter and that the decisions are those of the good lines alone.
 
-``python -m bench.bad_input [CAPTURE] [--broker]`` measures the producer's pace
+``python -m faultline.bench.bad_input [CAPTURE] [--broker]`` measures the producer's pace
 (lines per second through reading, screening and parsing; with ``--broker``,
 ``faultline replay`` end to end) on the good lines alone and on the mixed
 capture, and prints one JSON object.
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from producers.capture import BadKind, parse_capture_line
-from producers.capture_reader import read_capture_lines
-from producers.capture_screen import CaptureScreen, Refused
+from producers.capture.reader import read_capture_lines
+from producers.capture.screen import CaptureScreen, Refused
 
 __all__ = ["MixedCapture", "mixed_capture", "parse_pace", "screen_pace"]
 
@@ -187,8 +187,8 @@ def parse_pace(lines: list[bytes], repeats: int = 5) -> dict[str, float]:
 
 
 def _replay_pace(capture: Path) -> dict[str, float]:
+    from common.settings import Settings
     from faultline.pipeline import replay
-    from faultline.settings import Settings
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(data_dir=Path(tmp), archive=f"chdb://{tmp}/archive")

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from producers.capture_clock import HALF_WINDOW, ClockWindow
-from producers.capture_screen import CaptureScreen, Refused
+from producers.capture.clock import HALF_WINDOW, ClockWindow
+from producers.capture.screen import CaptureScreen, Refused
 
 T0 = datetime(2026, 4, 22, 3, 0, tzinfo=UTC)
-SCENARIOS = sorted((Path(__file__).resolve().parents[3] / "shared" / "scenarios").glob("*.jsonl"))
+SCENARIOS = sorted((Path(__file__).resolve().parents[4] / "shared" / "scenarios").glob("*.jsonl"))
 
 
 def outliers(times: list[datetime], **kw: float | int | timedelta) -> list[int]:
@@ -117,7 +117,7 @@ def test_one_outlier_anywhere_in_any_dense_capture_is_the_only_one_caught(steps:
 
 @pytest.mark.skipif(not SCENARIOS, reason="shared scenarios not present")
 def test_no_line_of_any_public_capture_or_scenario_of_our_own_is_an_outlier() -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "correlators"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "correlators"))
     from scenario_book import SCENARIOS as BOOK
 
     captures = {p.name: p.read_bytes().splitlines() for p in SCENARIOS}

@@ -1,7 +1,7 @@
 """Job events from Slurm's controller prolog and epilog, published at once.
 
-    python -m deploy.slurm.job_event started --config /etc/faultline/scheduler.yaml   # PrologSlurmctld
-    python -m deploy.slurm.job_event ended --config /etc/faultline/scheduler.yaml     # EpilogSlurmctld
+    python -m producers.scheduler.slurm_hook started --config /etc/faultline/scheduler.yaml   # PrologSlurmctld
+    python -m producers.scheduler.slurm_hook ended --config /etc/faultline/scheduler.yaml     # EpilogSlurmctld
 
 The scheduler agent (``faultline agent`` with a ``slurm:`` source, ``faultline-scheduler.service``)
 already reports every job, one poll (15 s) late. These hooks report the job's start and end the
@@ -44,7 +44,7 @@ from streams.cells import DEFAULT_CELL
 
 __all__ = ["Phase", "job_observations", "main", "publish"]
 
-log = logging.getLogger("faultline.slurm.job_event")
+log = logging.getLogger("faultline.slurm.hook")
 
 Phase = Literal["started", "ended"]
 _ENDED = ("finished", "failed", "cancelled")
@@ -95,9 +95,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the scheduler agent's config (its slurm: section, kafka, namespace)")
     p.add_argument("--job", default=os.environ.get("SLURM_JOB_ID"), help="job id (default: $SLURM_JOB_ID)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="faultline job_event: %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="faultline slurm hook: %(message)s")
     try:
-        from faultline.settings import Settings
+        from common.settings import Settings
 
         if not args.job:
             raise ValueError("no job id: not run by slurmctld and no --job")

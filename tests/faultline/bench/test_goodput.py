@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bench.goodput import LLAMA3_TAXONOMY, Assumptions, compare, simulate
+from faultline.bench.goodput import LLAMA3_TAXONOMY, Assumptions, compare, simulate
 
 
 def test_taxonomy_is_the_published_record() -> None:

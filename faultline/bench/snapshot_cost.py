@@ -1,6 +1,6 @@
 """What a correlator state snapshot costs: size, pickling on the event loop, sealing, restoring.
 
-``python -m bench.snapshot_cost [--nodes 64 --hours 1]`` measures the biggest public scenarios and
+``python -m faultline.bench.snapshot_cost [--nodes 64 --hours 1]`` measures the biggest public scenarios and
 a simulated fleet (:mod:`faultline.simulate`) large enough to fill the engine's id window, and the
 rate a takeover replays events at (decode and judge, as ``correlators.rebuild.rebuild`` does, without
 the broker). Figures for RELIABILITY.md and the takeover line of ``faultline topics plan``.
@@ -18,7 +18,7 @@ from correlators.partitions import PartitionState
 from correlators.policy import load_policy
 from correlators.snapshots import open_snapshot, pickle_engines, policy_fingerprint, restore, seal
 from faultline.simulate import Fleet
-from producers.capture_screen import Accepted, CaptureScreen
+from producers.capture.screen import Accepted, CaptureScreen
 from streams.events import Event
 
 __all__ = ["measure", "main"]
