@@ -1,0 +1,79 @@
+"""People's actions: ``quarantine`` and ``release`` hardware, ``approve`` and ``deny`` held commands."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import uuid
+from datetime import UTC, datetime
+
+from common.settings import Settings
+from faultline.commands import Add
+
+__all__ = ["register"]
+
+
+def register(add: Add) -> None:
+    q = add("quarantine", "Take a GPU (NODE:INDEX or NODE:UUID) or a whole NODE out of service by hand.",
+            "faultline quarantine n03:2 --reason 'XID 48 twice this week' --by alice")
+    q.add_argument("hardware", help="NODE, NODE:INDEX or NODE:UUID")
+    q.add_argument("--reason", required=True)
+    q.add_argument("--by", default=None, help="who (default: $USER)")
+    q.add_argument("--cell", default=None, help="the node's cell, where a namespace holds several "
+                   "(default: FAULTLINE_CELL)")
+    q.set_defaults(run=_operator_action)
+
+    rl = add("release", "Return a GPU or NODE to service; only with a passing validation recorded.",
+             "faultline release n03:GPU-e40650f3-142a-c640-c614-51c2be1a1ec0 --validated-by 'dcgmi diag -r 3 passed' "
+             "--by bob")
+    rl.add_argument("hardware", help="NODE, NODE:INDEX or NODE:UUID")
+    rl.add_argument("--validated-by", required=True, help="what validated it, e.g. 'dcgmi diag -r 3 passed'")
+    rl.add_argument("--by", default=None, help="who (default: $USER)")
+    rl.add_argument("--reason", default="")
+    rl.add_argument("--cell", default=None, help="the node's cell (default: FAULTLINE_CELL)")
+    rl.set_defaults(run=_operator_action)
+
+    examples = {"approve": "faultline approve cmd-3f2a9c41 --by alice --reason 'job checkpointed; reboot is safe'",
+                "deny": "faultline deny cmd-3f2a9c41 --by alice --reason 'the RMA visit tomorrow replaces the board'"}
+    for verb, example in examples.items():
+        v = add(verb, f"{verb.capitalize()} a command that waits for a person (sent to the approvals topic).",
+                example)
+        v.add_argument("id", help="the command id (from its waiting_approval result)")
+        v.add_argument("--by", help="who decides (default: your login name)")
+        v.add_argument("--reason", default="", help="why, for the record")
+        v.set_defaults(run=_decide)
+
+
+def _decide(args: argparse.Namespace, settings: Settings) -> int:
+    from faultline.pipeline import ensure_broker
+    from sinks.executors.approvals import send_decision
+    from streams.decisions import Approval
+
+    approval = Approval(command=args.id, decision="approve" if args.cmd == "approve" else "deny",
+                        by=args.by or getpass.getuser(), at=datetime.now(UTC), reason=args.reason)
+    send_decision(settings.kafka_config(ensure_broker(settings)), settings.namespace, approval)
+    print(f"{'approved' if approval.decision == 'approve' else 'denied'} {approval.command} as {approval.by}")
+    return 0
+
+
+def _operator_action(args: argparse.Namespace, settings: Settings) -> int:
+    from faultline.pipeline import ensure_broker
+    from producers.delivery import EventPublisher
+    from streams.events import Event, GpuRef, OperatorAction
+
+    node, _, gpu = args.hardware.partition(":")
+    ref = (GpuRef(index=int(gpu)) if gpu.isdigit() else GpuRef(uuid=gpu)) if gpu else None
+    action = "cordon_node" if args.cmd == "quarantine" and ref is None else (
+        "quarantine_gpu" if args.cmd == "quarantine" else "release_gpu")
+    by = args.by or getpass.getuser()
+    body = OperatorAction(action=action, gpu=ref, by=by, reason=args.reason,
+                          validated_by=getattr(args, "validated_by", None))
+    cell = args.cell or settings.cell
+    bootstrap = ensure_broker(settings)
+    pub = EventPublisher(settings.kafka_config(bootstrap), settings.namespace, cell)
+    pub.publish([Event(id=f"operator-{uuid.uuid4().hex}", ts=datetime.now(UTC), source="operator", node=node,
+                       body=body)])
+    pub.flush()
+    print(f"{action} {args.hardware} by {by} sent to {settings.namespace}.events (cell {cell}); the "
+          f"correlator records it and issues the command (see `faultline status`)")
+    return 0

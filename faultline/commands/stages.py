@@ -1,0 +1,129 @@
+"""Commands that run a stage of the pipeline: worker, sink, executor, agent, capture; and the demo."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import sys
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+from common.settings import Settings
+from faultline.commands import Add
+
+__all__ = ["register"]
+
+
+def register(add: Add) -> None:
+    d = add("demo", "Simulate a small fleet in which a GPU fails; print incidents and commands as they happen.",
+            "faultline demo")
+    d.add_argument("--seconds", type=float, default=20, help="wall-clock length of the demo")
+    d.set_defaults(run=_demo)
+
+    add("worker", "Run the Faust correlator worker (reads FAULTLINE_* settings).",
+        "FAULTLINE_KAFKA=127.0.0.1:9092 faultline worker").set_defaults(run=_worker)
+
+    sk = add("sink", "Archive the namespace's topics into ClickHouse until stopped (SIGTERM).",
+             "FAULTLINE_ARCHIVE=http://clickhouse:8123 faultline sink run")
+    sk.add_argument("action", choices=["run"])
+    sk.set_defaults(run=_sink)
+
+    e = add("executor", "Carry the namespace's commands out (Slurm, Kubernetes or a webhook), each at most once.",
+            "faultline executor run --backend slurm --fleet-size 512")
+    e.add_argument("action", choices=["run"])
+    e.add_argument("--backend", choices=["slurm", "kubernetes", "webhook"], required=True)
+    e.add_argument("--url", help="webhook: where tickets and notifications are POSTed")
+    e.add_argument("--name", help="executor name (default: the backend's); names its results, ledger and group")
+    e.add_argument("--dry-run", action="store_true", help="report what would run; change nothing")
+    e.add_argument("--state-dir", type=Path, help="where the ledger lives (default: <data_dir>/executors)")
+    e.add_argument("--fleet-size", type=int, help="nodes in the fleet, for the circuit breaker (default: ask)")
+    e.add_argument("--max-share", type=float, default=0.10, help="most of the fleet fenced per window (0.10)")
+    e.add_argument("--window-min", type=float, default=10.0, help="the circuit breaker's window in minutes (10)")
+    e.set_defaults(run=_executor)
+
+    a = add("agent", "Run the node agent: every configured source of this node, published to Kafka.",
+            "faultline agent --config producers/agent.example.yaml")
+    a.add_argument("--config", type=Path, required=True, help="agent YAML (see producers/agent.example.yaml)")
+    a.set_defaults(run=_agent)
+
+    cp = add("capture", "Record what this node's producers observe, in the contract's capture format, for replay.",
+             "faultline capture --config producers/agent.example.yaml --out node.jsonl --seconds 600")
+    cp.add_argument("--config", type=Path, required=True, help="agent YAML: which sources to run")
+    cp.add_argument("--out", type=Path, required=True, help="capture file (appended)")
+    cp.add_argument("--seconds", type=float, help="stop after this long (default: until Ctrl-C)")
+    cp.set_defaults(run=_capture)
+
+
+def _demo(args: argparse.Namespace, settings: Settings) -> int:
+    from faultline.demo import run_demo
+
+    return run_demo(settings, seconds=args.seconds)
+
+
+def _worker(args: argparse.Namespace, settings: Settings) -> int:
+    from correlators.app import make_app
+
+    sys.argv = ["faultline", "worker", "-l", "info" if args.verbose else "warn", "--without-web"]
+    make_app(settings).main()
+    return 0
+
+
+def _serve_metrics(settings: Settings) -> None:
+    if settings.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(settings.metrics_port)
+
+
+def _sink(args: argparse.Namespace, settings: Settings) -> int:
+    from faultline.pipeline import ensure_broker
+    from sinks.archive.store import Archive
+    from sinks.archive_sink import ArchiveSink
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    bootstrap = ensure_broker(settings)
+    _serve_metrics(settings)
+    with Archive.open(settings.archive_url) as archive, \
+            ArchiveSink(archive, bootstrap, settings.namespace, consumer_config=settings.kafka_config(bootstrap)) as sink:
+        where = re.sub(r"//[^/@]*@", "//***@", settings.archive_url)  # never print credentials
+        print(f"archiving {settings.namespace}.* from {bootstrap} into {where}", file=sys.stderr)
+        sink.run(stop)
+    return 0
+
+
+def _executor(args: argparse.Namespace, settings: Settings) -> int:
+    from common.kafka_admin import create_namespace_topics
+    from faultline.pipeline import ensure_broker
+    from sinks.executors.launch import ExecutorOptions, make_executor
+    from sinks.executors.runner import ExecutorRunner
+
+    options = ExecutorOptions(backend=args.backend, state_dir=args.state_dir or settings.data_dir / "executors",
+                              name=args.name, dry_run=args.dry_run, url=args.url, fleet_size=args.fleet_size,
+                              max_share=args.max_share, window=timedelta(minutes=args.window_min),
+                              keys=settings.signing())
+    conf = settings.kafka_config(ensure_broker(settings))
+    create_namespace_topics(conf, settings.namespace)
+    _serve_metrics(settings)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with ExecutorRunner(make_executor(options), conf, settings.namespace) as runner:
+        print(f"executor {runner.executor.name}: carrying out {settings.namespace}.commands; Ctrl-C stops it",
+              file=sys.stderr)
+        runner.run(stop)
+    return 0
+
+
+def _agent(args: argparse.Namespace, settings: Settings) -> int:
+    from producers.agent import run_agent
+
+    return run_agent(args.config, settings)
+
+
+def _capture(args: argparse.Namespace, settings: Settings) -> int:
+    from producers.agent import run_capture
+
+    return run_capture(args.config, args.out, args.seconds)

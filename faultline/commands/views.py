@@ -1,0 +1,89 @@
+"""The on-call views over the archive: ``status``, ``incident``, ``timeline`` and ``report``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from common.settings import Settings
+from faultline.commands import Add
+
+__all__ = ["register"]
+
+
+def register(add: Add) -> None:
+    st = add("status", "Open incidents, fenced hardware, commands waiting for approval, pipeline health.",
+             "faultline status --json")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.set_defaults(run=_operator_view)
+
+    inc = add("incident", "One incident's whole story: signals, decisions, commands, results, recovery.",
+              "faultline incident inc-0123456789abcdef --html incident.html")
+    inc.add_argument("id")
+    inc.add_argument("--json", action="store_true")
+    inc.add_argument("--html", type=Path, help="also write a self-contained HTML page with a graphical timeline")
+    inc.set_defaults(run=_operator_view)
+
+    tl = add("timeline", "The story of every incident of one job.", "faultline timeline pt-70b --html pt-70b.html")
+    tl.add_argument("job")
+    tl.add_argument("--json", action="store_true")
+    tl.add_argument("--html", type=Path, help="write one HTML page per incident: FILE, FILE-2, ...")
+    tl.set_defaults(run=_operator_view)
+
+    o = add("report", "Answer the operators' questions from the archive (failures, lost GPU-hours, recovery...).",
+            "faultline report --since 7d")
+    o.add_argument("--since", help="window start: a duration back from now (30m, 12h, 7d, 2w) or an ISO date/time")
+    o.add_argument("--json", action="store_true", help="print JSON on standard output instead of tables")
+    o.set_defaults(run=_report)
+
+
+def _report(args: argparse.Namespace, settings: Settings) -> int:
+    from sinks.archive.store import Archive
+    from sinks.report import build_report, parse_since, render_report
+
+    try:
+        since = parse_since(args.since) if args.since else None
+    except ValueError as exc:
+        print(f"faultline report: {exc}", file=sys.stderr)
+        return 2
+    with Archive.open(settings.archive_url) as archive:
+        report = build_report(archive, since=since)
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        render_report(report)
+    return 0
+
+
+def _operator_view(args: argparse.Namespace, settings: Settings) -> int:
+    from faultline.operator_views import (
+        incident_data,
+        job_incidents,
+        print_incident,
+        print_status,
+        status_data,
+    )
+    from faultline.timeline_html import render_timeline
+    from sinks.archive.store import Archive
+
+    with Archive.open(settings.archive_url) as archive:
+        if args.cmd == "status":
+            data = status_data(archive)
+            print(json.dumps(data, default=str)) if args.json else print_status(data)
+            return 0
+        ids = [args.id] if args.cmd == "incident" else job_incidents(archive, args.job)
+        stories = [d for i in ids if (d := incident_data(archive, i)) is not None]
+    if not stories:
+        what = f"incident {args.id}" if args.cmd == "incident" else f"incidents of job {args.job}"
+        print(f"faultline {args.cmd}: no {what} in {settings.archive_url}; check the id with `faultline status`",
+              file=sys.stderr)
+        return 1
+    for n, story in enumerate(stories):
+        print(json.dumps(story, default=str)) if args.json else print_incident(story)
+        if args.html:
+            path = args.html if n == 0 else args.html.with_name(f"{args.html.stem}-{n + 1}{args.html.suffix}")
+            path.write_text(render_timeline(story["incident"], story["timeline"]), encoding="utf-8")
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
