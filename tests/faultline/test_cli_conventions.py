@@ -127,3 +127,32 @@ def test_an_unknown_incident_is_a_failure(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("FAULTLINE_ARCHIVE", f"chdb://{tmp_path / 'archive'}")
     assert main(["incident", "inc-nope"]) == EXIT_FAILURE
     assert "faultline status" in capsys.readouterr().err
+
+
+@pytest.mark.broker
+def test_a_capture_whose_every_line_is_bad_fails(kafka_bootstrap: str, tmp_path: Path, unique_name: str,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n{\"ts\": \"yesterday\", \"source\": \"kernel\"}\n{\"source\": \"nvml\"}\n")
+    for var, value in {"FAULTLINE_KAFKA": kafka_bootstrap, "FAULTLINE_NAMESPACE": unique_name,
+                       "FAULTLINE_DATA_DIR": str(tmp_path), "FAULTLINE_ARCHIVE": f"chdb://{tmp_path}/archive"}.items():
+        monkeypatch.setenv(var, value)
+    assert main(["replay", str(bad), "--json"]) == EXIT_FAILURE
+    captured = capsys.readouterr()
+    assert "every line of" in captured.err and "3 dead letters" in captured.err
+    assert captured.out.strip() == '{"incidents": [], "commands": []}'
+
+
+@pytest.mark.broker
+def test_nothing_is_published_when_a_check_fails(kafka_bootstrap: str, capture: Path, tmp_path: Path,
+                                                 unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    monkeypatch.setenv("FAULTLINE_KAFKA", kafka_bootstrap)
+    monkeypatch.setenv("FAULTLINE_NAMESPACE", unique_name)
+    assert main(["replay", str(capture), "--policy", str(tmp_path / "missing.yaml")]) == EXIT_USAGE
+    monkeypatch.setenv("FAULTLINE_ARCHIVE", f"http://127.0.0.1:{_dead_port()}")
+    assert main(["replay", str(capture)]) == EXIT_UNAVAILABLE
+    topics = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
+    assert not [t for t in topics if t.startswith(unique_name)]  # no replay namespace was even created
