@@ -86,13 +86,19 @@ class Settings(BaseSettings):
         "namespace needs the same one. Unset: a SHA-256 checksum only, and only the topic ACL (the correlator "
         "alone may write the snapshot topic) keeps forged state out; set it wherever others could write there.")
     local_kafka_port: int = Field(19092, description="Port of the local broker started when `kafka` is unset.")
+    schema_registry: str | None = Field(
+        None, description="A Confluent-compatible schema registry (http(s)://host:8081). Set: `faultline topics "
+        "apply` and `faultline schemas register` register every topic's JSON Schema as <topic>-value. Unset: none.")
+    schema_registry_username: str | None = Field(None, description="The schema registry's basic-auth user, if any.")
+    schema_registry_password: SecretStr | None = Field(
+        None, description="The schema registry user's password; never printed.")
 
     @field_validator("cell")
     @classmethod
     def _cell_name(cls, v: str) -> str:
         return check_cell(v)
 
-    @field_validator("kafka", "archive", "policy", "kafka_sasl_mechanism", mode="before")
+    @field_validator("kafka", "archive", "policy", "kafka_sasl_mechanism", "schema_registry", mode="before")
     @classmethod
     def _empty_is_unset(cls, v: object) -> object:
         """``FAULTLINE_POLICY=`` (empty, as compose files write it) means unset, not the current directory."""

@@ -9,17 +9,17 @@ from pathlib import Path
 
 from common.settings import Settings
 from faultline.commands import Add
-from faultline.errors import UsageError
+from faultline.errors import Unavailable, UsageError
 from faultline.terminal import to_json
 
 __all__ = ["register"]
 
 
 def register(add: Add) -> None:
-    s = add("schemas", "Export JSON Schema of every topic's records for subscribers.",
-            "faultline schemas export build/schemas")
-    s.add_argument("action", choices=["export"])
-    s.add_argument("dir", type=Path)
+    s = add("schemas", "Export JSON Schema of every topic's records for subscribers, or register them in the "
+            "schema registry (FAULTLINE_SCHEMA_REGISTRY).", "faultline schemas export build/schemas")
+    s.add_argument("action", choices=["export", "register"])
+    s.add_argument("dir", type=Path, nargs="?", help="export: where to write <topic>.schema.json")
     s.add_argument("--json", action="store_true", help="print the files written as JSON")
     s.set_defaults(run=_schemas)
 
@@ -52,9 +52,33 @@ def register(add: Add) -> None:
     be.set_defaults(run=_bench)
 
 
+def _register(settings: Settings) -> list[dict[str, object]]:
+    from common.schema_registry import register_schemas
+
+    if not settings.schema_registry:
+        raise UsageError("no schema registry configured: set FAULTLINE_SCHEMA_REGISTRY=http(s)://host:8081")
+    password = settings.schema_registry_password.get_secret_value() if settings.schema_registry_password else None
+    try:
+        done = register_schemas(settings.schema_registry, settings.namespace, settings.schema_registry_username,
+                                password)
+    except RuntimeError as exc:
+        raise Unavailable(str(exc)) from None
+    return [dataclasses.asdict(r) for r in done]
+
+
 def _schemas(args: argparse.Namespace, settings: Settings) -> int:
     from streams.export import export_schemas
 
+    if args.action == "register":
+        done = _register(settings)
+        if args.json:
+            print(to_json({"registry": settings.schema_registry, "registered": done}))
+        else:
+            for r in done:
+                print(f"registered {r['subject']} as id {r['schema_id']} ({r['uri']})")
+        return 0
+    if args.dir is None:
+        raise UsageError("schemas export needs the directory to write to, e.g. faultline schemas export build/schemas")
     paths = export_schemas(args.dir)
     if args.json:
         print(to_json({"written": [str(p) for p in paths]}))
@@ -99,10 +123,14 @@ def _topics(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.pipeline import ensure_broker
 
     actions = apply_plan(settings.kafka_config(ensure_broker(settings)), plan, dry_run=args.dry_run)
+    registered = _register(settings) if settings.schema_registry and not args.dry_run else []
     if args.json:
-        print(to_json({"dry_run": args.dry_run, "actions": [dataclasses.asdict(a) for a in actions]}))
+        print(to_json({"dry_run": args.dry_run, "actions": [dataclasses.asdict(a) for a in actions],
+                       "schemas_registered": registered}))
     else:
         print(render_actions(actions, args.dry_run))
+        for r in registered:
+            print(f"schema     {r['subject']}: registered as id {r['schema_id']}")
     return 0
 
 
