@@ -61,7 +61,7 @@ def _watch(conf: dict, namespace: str, stop: threading.Event) -> None:
                 _say(f"  [{(i.updated_at or i.opened_at):%H:%M:%S}] {incident_line(json.loads(i.model_dump_json()))}")
             else:
                 k = Command.model_validate_json(value)
-                _say(f"  [{k.issued_at:%H:%M:%S}] {command_line(json.loads(k.model_dump_json()))}")
+                _say(f"  [{k.issued_at:%H:%M:%S}] {command_line(json.loads(k.model_dump_json()), with_time=False)}")
     finally:
         c.close()
 

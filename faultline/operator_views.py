@@ -119,7 +119,8 @@ def print_incident(data: dict[str, Any], console: Console | None = None) -> None
         lines.append(str(inc["summary"]))
     for line in lines:
         c.print(line, markup=False, highlight=False)
-    rows = [{"ts": e["ts"], "lane": e["entry_type"], "what": e["what"], "detail": entry_label(e),
+    rows = [{"ts": e["ts"], "lane": e["entry_type"], "what": e["what"],
+             "detail": e.get("detail") if e["entry_type"] == "incident" else entry_label(e),  # a version: its summary
              "from": entry_origin(e)} for e in data["timeline"]]
     print_table(c, f"Timeline ({plural(len(rows), 'entry', 'entries')})", rows,
                 [Column("ts", "time", "time_ms"), Column("lane"), Column("what"), Column("detail"),

@@ -34,7 +34,7 @@ def incident_line(inc: dict[str, Any]) -> str:
             f"severity {inc['severity']} state {inc['state']}")
 
 
-def command_line(c: dict[str, Any]) -> str:
+def command_line(c: dict[str, Any], with_time: bool = True) -> str:
     """One command as a person reads it (contract JSON in): when, what, on what, and how."""
     from faultline.story import describe_command
     from faultline.terminal import human_time
@@ -42,7 +42,8 @@ def command_line(c: dict[str, Any]) -> str:
     target = " ".join(f"{k} {v}" for k, v in (c.get("target") or {}).items() if v)
     how = describe_command(c["type"], c.get("params") or {}) if c["type"] == "restart_job" else ""
     approval = " (waits for approval)" if c.get("requires_approval") else ""
-    return f"command  {human_time(c['issued_at'], ms=True)} {c['type']} {target}{f': {how}' if how else ''}{approval}"
+    when = f"{human_time(c['issued_at'], ms=True)} " if with_time else ""
+    return f"command  {when}{c['type']} {target}{f': {how}' if how else ''}{approval}"
 
 
 @contextmanager
