@@ -65,6 +65,9 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
     from correlators.app import make_app
+    from faultline.preflight import check_policy
+
+    check_policy(settings.policy)  # a bad FAULTLINE_POLICY is one line here, not a crash inside Faust
 
     sys.argv = ["faultline", "worker", "-l", "info" if args.verbose else "warn", "--without-web"]
     make_app(settings).main()
