@@ -9,6 +9,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from common.kafka_logging import with_logger
 from streams.topics import TOPICS, correlator_internal_topics, topic_name
 
 __all__ = ["ensure_topic", "topic_partitions", "grow_topic", "create_namespace_topics", "delete_namespace_topics",
@@ -19,17 +20,21 @@ log = logging.getLogger("faultline.topics")
 
 
 class BrokerUnreachable(RuntimeError):
-    pass
+    """The Kafka broker did not answer; the message names it and the setting that chose it."""
 
 
 def check_broker(conf: dict[str, Any], timeout: float = 10.0) -> None:
+    """Raise :class:`BrokerUnreachable` unless the broker at ``conf`` lists its topics within ``timeout``."""
+    admin = AdminClient(with_logger(conf))
     try:
-        AdminClient(conf).list_topics(timeout=timeout)
+        admin.list_topics(timeout=timeout)
     except KafkaException as exc:
+        admin.poll(0)  # hand librdkafka's queued log lines to logging (collapsed) before the verdict
+        reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
         raise BrokerUnreachable(
-            f"Kafka at {conf['bootstrap.servers']} did not answer ({exc}). Check that the broker runs, or set "
-            "FAULTLINE_KAFKA to a reachable one (unset it to use the local broker: "
-            "`python -m deploy.local.kafka start`).") from exc
+            f"the Kafka broker at {conf['bootstrap.servers']} did not answer within {timeout:.0f} s ({reason}). "
+            "Start it, or set FAULTLINE_KAFKA to one that runs (unset FAULTLINE_KAFKA to use the local broker: "
+            "`faultline broker start`).") from exc
 
 
 def _create(conf: dict[str, Any], new: list[NewTopic], timeout: float = 30.0) -> None:
@@ -38,7 +43,7 @@ def _create(conf: dict[str, Any], new: list[NewTopic], timeout: float = 30.0) ->
     A topic whose creation was acknowledged is not yet in every metadata answer (a broker just
     started is still loading); a worker started right after would not find it.
     """
-    admin = AdminClient(conf)
+    admin = AdminClient(with_logger(conf))
     made = []
     for name, fut in admin.create_topics(new, operation_timeout=timeout).items():
         try:
@@ -69,7 +74,7 @@ def ensure_topic(conf: dict[str, Any], name: str, partitions: int, config: dict[
 def topic_partitions(conf: dict[str, Any], name: str, timeout: float = 30.0) -> int | None:
     """How many partitions ``name`` has; None when it does not exist."""
     # All topics, not ``list_topics(name)``: asking for one by name may auto-create it on the broker.
-    meta = AdminClient(conf).list_topics(timeout=timeout).topics.get(name)
+    meta = AdminClient(with_logger(conf)).list_topics(timeout=timeout).topics.get(name)
     if meta is None or meta.error is not None or not meta.partitions:
         return None
     return len(meta.partitions)
@@ -79,7 +84,7 @@ def grow_topic(conf: dict[str, Any], name: str, partitions: int) -> None:
     """Give ``name`` at least ``partitions`` partitions (Kafka never removes any)."""
     have = topic_partitions(conf, name)
     if have is not None and have < partitions:
-        admin = AdminClient(conf)  # held until the result is in: a collected client cancels its requests
+        admin = AdminClient(with_logger(conf))  # held until the result is in: a collected client cancels its requests
         for fut in admin.create_partitions([NewPartitions(name, partitions)], operation_timeout=30).values():
             fut.result(timeout=30)
 
@@ -96,7 +101,7 @@ def create_namespace_topics(conf: dict[str, Any], namespace: str, partitions: in
 
 def delete_namespace_topics(conf: dict[str, Any], namespace: str) -> None:
     """Delete a namespace's topics, the correlator's own (changelog, snapshots) included: a replay leaves none."""
-    admin = AdminClient(conf)
+    admin = AdminClient(with_logger(conf))
     names = [topic_name(namespace, s) for s in TOPICS] + correlator_internal_topics(namespace)
     for fut in admin.delete_topics(names, operation_timeout=30).values():
         try:

@@ -8,12 +8,14 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from common.kafka_logging import with_logger
+
 __all__ = ["read_topic"]
 
 
 def read_topic(conf: dict[str, Any], topic: str, timeout: float = 30.0) -> Iterator[bytes]:
     """Every record now on ``topic``, from the beginning to the high watermark, in partition order."""
-    c = Consumer({**conf, "group.id": f"faultline-reader-{time.monotonic_ns()}", "enable.auto.commit": False})
+    c = Consumer({**with_logger(conf), "group.id": f"faultline-reader-{time.monotonic_ns()}", "enable.auto.commit": False})
     try:
         meta = c.list_topics(topic, timeout=timeout).topics[topic]
         ends = {}

@@ -46,36 +46,44 @@ Pipeline metrics (``stage`` is one of :data:`STAGES`)
     +1 per command result (``streams.decisions.CommandResult``: ``done``, ``failed``,
     ``skipped_duplicate``, ``waiting_approval``, ``denied``, ``dry_run``): by the executor when it
     publishes a result, or by the sink in ``ArchiveSink._write`` for the ``command-results`` records.
-``faultline_stage_event_time_seconds{stage}`` — :data:`EVENT_TIME`
+``faultline_stage_event_timestamp_seconds{stage}`` — :data:`EVENT_TIME`
     Event time (Unix seconds) of the newest record a stage processed: its watermark. The
-    correlator sets it per event; ``time() - faultline_stage_event_time_seconds`` is how far it
+    correlator sets it per event; ``time() - faultline_stage_event_timestamp_seconds`` is how far it
     lags the world.
 
 Metrics the node agent exports (names only: :data:`AGENT_METRICS`)
 ------------------------------------------------------------------
 
 The agent (``producers.agent``) registers these itself, from the same NVML samples, kernel lines
-and trainer reports it publishes. ``node`` is the node name, ``gpu`` the GPU index on the node.
+and trainer reports it publishes. ``GPU`` stands for the labels of every GPU series
+(:data:`GPU_SERIES_LABELS`): ``node`` (the node name) and ``gpu`` (the GPU index on the node), and
+dcgm-exporter's ``UUID``, ``pci_bus_id``, ``device``, ``modelName`` and ``Hostname``, so that GPU series
+join with ``DCGM_FI_*`` ones (``producers.exported_metrics``).
 A training job is labelled ``training_job``, not ``job``: Prometheus gives every scraped series
 the scrape job's ``job`` label, which would overwrite (rename to ``exported_job``) a metric's own.
 
 =========================================================  =======  ====================================
 name                                                       type     meaning
 =========================================================  =======  ====================================
-``faultline_gpu_temperature_celsius{node,gpu}``            gauge    NVML ``temperature_c``
-``faultline_gpu_xid_total{node,gpu,code}``                 counter  XID lines seen, by code
-``faultline_gpu_ecc_volatile_sbe_total{node,gpu}``         counter  NVML ``ecc_sbe_volatile`` (resets
+``faultline_gpu_temperature_celsius{GPU}``                 gauge    NVML ``temperature_c``
+``faultline_gpu_xid_total{GPU,code}``                      counter  XID lines seen, by code
+``faultline_gpu_ecc_volatile_sbe_total{GPU}``              counter  NVML ``ecc_sbe_volatile`` (resets
                                                                     with the driver; ``increase`` copes)
-``faultline_gpu_ecc_volatile_dbe_total{node,gpu}``         counter  NVML ``ecc_dbe_volatile``
-``faultline_gpu_clock_event_reasons{node,gpu,reason}``     gauge    1 while NVML reports the reason
+``faultline_gpu_ecc_volatile_dbe_total{GPU}``              counter  NVML ``ecc_dbe_volatile``
+``faultline_gpu_clock_event_reasons{GPU,reason}``          gauge    1 while NVML reports the reason
                                                                     (``HW_THERMAL_SLOWDOWN``...), else 0
 ``faultline_job_checkpoint_age_seconds{training_job}``     gauge    now minus the newest good checkpoint
 ``faultline_job_checkpoint_interval_seconds{training_job}`` gauge   the job's configured interval
 ``faultline_job_loss{training_job}``                       gauge    the latest reported loss (NaN kept)
 =========================================================  =======  ====================================
 
-Export the counters whose value NVML keeps (ECC) through a custom collector (a
+The counters whose value NVML keeps (ECC) are exported through a custom collector (a
 ``CounterMetricFamily`` per scrape), since a prometheus_client ``Counter`` cannot be set.
+
+The agent also exports its delivery metrics (``producers.metrics``), among them
+``faultline_producer_dropped_total{source}`` (records lost: a full spool, or refused for good) and
+``faultline_producer_spool_backlog_bytes`` (bytes waiting in the disk spool), which
+``AgentDroppingEvents`` and ``AgentSpoolBacklog`` alert on.
 """
 
 from __future__ import annotations
@@ -94,6 +102,7 @@ __all__ = [
     "DEAD_LETTERS",
     "DETECTION_TO_COMMAND",
     "EVENT_TIME",
+    "GPU_SERIES_LABELS",
     "INCIDENTS_OPEN",
     "MAX_DETECTION_AGE_S",
     "METRICS_PORTS",
@@ -146,7 +155,7 @@ COMMAND_OUTCOMES = Counter(
     "faultline_command_outcomes", "Command results reported by executors, by status.", ["status", "executor"]
 )
 EVENT_TIME = Gauge(
-    "faultline_stage_event_time_seconds", "Event time (Unix seconds) of the newest record a stage processed.",
+    "faultline_stage_event_timestamp_seconds", "Event time (Unix seconds) of the newest record a stage processed.",
     ["stage"],
 )
 
@@ -163,20 +172,26 @@ class MetricSpec(NamedTuple):
     help: str
 
 
+GPU_SERIES_LABELS = ("node", "gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+"""The labels of every GPU series the agent exports: faultline's, then dcgm-exporter's."""
+
 AGENT_METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec("faultline_gpu_temperature_celsius", "gauge", ("node", "gpu"), "GPU temperature (NVML)."),
-    MetricSpec("faultline_gpu_xid_total", "counter", ("node", "gpu", "code"), "XID lines seen, by code."),
-    MetricSpec("faultline_gpu_ecc_volatile_sbe_total", "counter", ("node", "gpu"),
+    MetricSpec("faultline_gpu_temperature_celsius", "gauge", GPU_SERIES_LABELS, "GPU temperature (NVML)."),
+    MetricSpec("faultline_gpu_xid_total", "counter", (*GPU_SERIES_LABELS, "code"), "XID lines seen, by code."),
+    MetricSpec("faultline_gpu_ecc_volatile_sbe_total", "counter", GPU_SERIES_LABELS,
                "Volatile single-bit ECC errors (NVML; resets with the driver)."),
-    MetricSpec("faultline_gpu_ecc_volatile_dbe_total", "counter", ("node", "gpu"),
+    MetricSpec("faultline_gpu_ecc_volatile_dbe_total", "counter", GPU_SERIES_LABELS,
                "Volatile double-bit ECC errors (NVML; resets with the driver)."),
-    MetricSpec("faultline_gpu_clock_event_reasons", "gauge", ("node", "gpu", "reason"),
+    MetricSpec("faultline_gpu_clock_event_reasons", "gauge", (*GPU_SERIES_LABELS, "reason"),
                "1 while NVML reports this clock event reason, else 0."),
     MetricSpec("faultline_job_checkpoint_age_seconds", "gauge", ("training_job",),
                "Seconds since the job's newest good checkpoint."),
     MetricSpec("faultline_job_checkpoint_interval_seconds", "gauge", ("training_job",),
                "The job's configured checkpoint interval."),
     MetricSpec("faultline_job_loss", "gauge", ("training_job",), "The job's latest reported loss."),
+    MetricSpec("faultline_producer_dropped_total", "counter", ("source",),
+               "Records lost: evicted from a full spool, or rejected by the broker for good."),
+    MetricSpec("faultline_producer_spool_backlog_bytes", "gauge", (), "Bytes in the spool not yet acknowledged."),
 )
 
 

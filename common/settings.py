@@ -5,19 +5,32 @@ Every knob is documented here; secrets are ``SecretStr`` and never printed.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streams.cells import DEFAULT_CELL, check_cell
 from streams.signing import SigningKeys
 
-__all__ = ["Settings", "REPO_ROOT"]
+__all__ = ["Settings", "REPO_ROOT", "default_data_dir", "describe_settings_error"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
+
+
+def default_data_dir(root: Path = REPO_ROOT) -> Path:
+    """``<checkout>/var`` when running from a source checkout; else the user's data directory.
+
+    Installed with pip, ``REPO_ROOT`` is ``site-packages``: a broker's data and an archive do not
+    belong there. Then ``$XDG_DATA_HOME/faultline`` (``~/.local/share/faultline``) is used.
+    """
+    if (root / "pyproject.toml").is_file():
+        return root / "var"
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "faultline"
 
 
 class Settings(BaseSettings):
@@ -32,7 +45,10 @@ class Settings(BaseSettings):
         DEFAULT_CELL, description="The cell this process's events belong to: a set of nodes that no job, rack or "
         "power domain crosses, judged together by one engine. Events are keyed by it, so a cell stays in one "
         "events partition; a namespace may hold many cells over many partitions (streams/cells.py).")
-    data_dir: Path = Field(REPO_ROOT / "var", description="Where the local broker and embedded archive live.")
+    data_dir: Path = Field(
+        default_factory=default_data_dir, description="Where the local broker, the embedded archive and worker "
+        "logs live. Default: <checkout>/var in a source checkout, else $XDG_DATA_HOME/faultline "
+        "(~/.local/share/faultline).")
     archive: str | None = Field(
         None, description="ClickHouse: chdb:///path (embedded) or http(s)://host:8123. Unset: <data_dir>/archive.")
     policy: Path | None = Field(None, description="Correlator policy YAML merged over the defaults.")
@@ -70,13 +86,19 @@ class Settings(BaseSettings):
         "namespace needs the same one. Unset: a SHA-256 checksum only, and only the topic ACL (the correlator "
         "alone may write the snapshot topic) keeps forged state out; set it wherever others could write there.")
     local_kafka_port: int = Field(19092, description="Port of the local broker started when `kafka` is unset.")
+    schema_registry: str | None = Field(
+        None, description="A Confluent-compatible schema registry (http(s)://host:8081). Set: `faultline topics "
+        "apply` and `faultline schemas register` register every topic's JSON Schema as <topic>-value. Unset: none.")
+    schema_registry_username: str | None = Field(None, description="The schema registry's basic-auth user, if any.")
+    schema_registry_password: SecretStr | None = Field(
+        None, description="The schema registry user's password; never printed.")
 
     @field_validator("cell")
     @classmethod
     def _cell_name(cls, v: str) -> str:
         return check_cell(v)
 
-    @field_validator("kafka", "archive", "policy", "kafka_sasl_mechanism", mode="before")
+    @field_validator("kafka", "archive", "policy", "kafka_sasl_mechanism", "schema_registry", mode="before")
     @classmethod
     def _empty_is_unset(cls, v: object) -> object:
         """``FAULTLINE_POLICY=`` (empty, as compose files write it) means unset, not the current directory."""
@@ -140,3 +162,37 @@ class Settings(BaseSettings):
             conf["sasl.username"] = self.kafka_username or ""
             conf["sasl.password"] = self.kafka_password.get_secret_value() if self.kafka_password else ""
         return conf
+
+
+_EXPECTED = {
+    "int_parsing": "a whole number", "int_from_float": "a whole number", "float_parsing": "a number",
+    "bool_parsing": "true or false (also 1/0, yes/no, on/off)", "path_type": "a path",
+    "string_type": "text", "json_invalid": "valid JSON", "literal_error": "one of the listed values",
+    "greater_than_equal": "a larger number", "less_than_equal": "a smaller number",
+}
+
+
+def describe_settings_error(exc: ValidationError) -> list[str]:
+    """One line per bad ``FAULTLINE_*`` value: the variable, what it should be, what it was, what it is for.
+
+    For a person at a terminal instead of pydantic's report. A secret's value is never repeated.
+    """
+    fields = Settings.model_fields
+    lines = []
+    for err in exc.errors():
+        name = str(err["loc"][0]) if err.get("loc") else ""
+        field = fields.get(name)
+        if field is None:  # a check across settings (e.g. SASL needs a user): its message names them
+            lines.append(str(err["msg"]).removeprefix("Value error, "))
+            continue
+        var = f"FAULTLINE_{name.upper()}"
+        secret = field.annotation is not None and "SecretStr" in str(field.annotation)
+        if err["type"] == "value_error":
+            what = str(err["msg"]).removeprefix("Value error, ")
+        else:
+            what = f"expected {_EXPECTED.get(err['type'], str(err['msg']).lower())}"
+        got = "" if secret or "input" not in err else f", got {str(err['input'])[:60]!r}"
+        purpose = (field.description or "").split(". ")[0].rstrip(".")
+        purpose = purpose if len(purpose) <= 90 else purpose[:89].rstrip() + "…"
+        lines.append(f"{var}: {what}{got}" + (f" ({purpose})" if purpose else ""))
+    return lines

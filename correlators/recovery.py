@@ -88,8 +88,8 @@ class Recovery(Lifecycle):
         self.restart_log.append(now)
         inc.restored_step = ck.step if ck else 0
         inc.baseline_throughput = self.progress[job.name].baseline_throughput()
-        if ck:
-            inc.lost_gpu_hours = round((now - ck.ts).total_seconds() * job.world_size / 3600, 3)
+        if ck:  # the one definition (README, "Lost GPU-hours"): checkpoint to failure, not to this restart
+            inc.lost_gpu_hours = round(max(0.0, (inc.opened_at - ck.ts).total_seconds()) * job.world_size / 3600, 3)
         self._out.append(cmd)
         self._set_state(inc, "awaiting_approval" if approval else "restarting", now)
 

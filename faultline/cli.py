@@ -1,29 +1,74 @@
-"""The `faultline` command: the parser and the dispatch; each subcommand lives in :mod:`faultline.commands`."""
+"""The `faultline` command: the parser and the dispatch; each subcommand lives in :mod:`faultline.commands`.
+
+Conventions every subcommand keeps: ``-v``/``--verbose`` before or after the subcommand, ``--json``
+on every command that prints a result (one JSON object, times in RFC 3339), ``--version``, and the
+exit statuses of :mod:`faultline.errors` (0 success, 1 failure, 2 usage, 69 a dependency
+unreachable, 130 interrupted). An error is one line on standard error that says what to do next;
+``-v`` shows the traceback too.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
-from common.settings import Settings
+from pydantic import ValidationError
+
+from common.kafka_admin import BrokerUnreachable
+from common.settings import Settings, describe_settings_error
 from faultline.commands import actions, admin, replay, stages, views
+from faultline.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_CODES_HELP,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    Failure,
+    Unavailable,
+    UsageError,
+)
 
-__all__ = ["EXAMPLES", "main"]
+__all__ = ["EXAMPLES", "main", "package_version"]
 
 _GROUPS = (replay, stages, views, actions, admin)
 
 
+def package_version() -> str:
+    """The installed distribution's version (the source tree's when not installed)."""
+    try:
+        return version("faultline")
+    except PackageNotFoundError:
+        from faultline import __version__
+
+        return __version__
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options every subcommand also takes after its name (``faultline status -v``)."""
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: a subcommand's parser must not reset what the main parser already set.
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="log more, and show tracebacks (to standard error)")
+    return common
+
+
 def _parser(examples: dict[str, str] | None = None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="faultline", description="Incident pipeline for GPU training clusters.")
-    p.add_argument("-v", "--verbose", action="store_true", help="log more (to standard error)")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p = argparse.ArgumentParser(prog="faultline", description="Incident pipeline for GPU training clusters.",
+                                epilog=EXIT_CODES_HELP)
+    p.add_argument("-v", "--verbose", action="store_true", help="log more, and show tracebacks (to standard error)")
+    p.add_argument("--version", action="version", version=f"faultline {package_version()}")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    common = _common()
 
     def add(name: str, help_: str, example: str) -> argparse.ArgumentParser:
         if examples is not None:
             examples[name] = example
-        return sub.add_parser(name, help=help_, description=help_, epilog=f"example: {example}",
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+        return sub.add_parser(name, help=help_, description=help_, epilog=f"example: {example}\n\n{EXIT_CODES_HELP}",
+                              formatter_class=argparse.RawDescriptionHelpFormatter, parents=[common])
 
     for group in _GROUPS:
         group.register(add)
@@ -35,20 +80,49 @@ EXAMPLES: dict[str, str] = {}
 _parser(EXAMPLES)
 
 
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    if not verbose:
+        # clickhouse-connect retries through urllib3, and both warn per attempt; the error that follows says it all.
+        for name in ("urllib3", "urllib3.connectionpool", "clickhouse_connect"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _error(cmd: str, exc: BaseException) -> None:
+    text = " ".join(str(exc).split()) if not isinstance(exc, Failure | Unavailable | UsageError) else str(exc)
+    print(f"faultline {cmd}: {text or type(exc).__name__}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = Settings()
+    args = _parser().parse_args(argv)  # a usage error exits 2 here, with argparse's message
+    verbose = bool(getattr(args, "verbose", False))
+    _configure_logging(verbose)
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        for line in describe_settings_error(exc):
+            print(f"faultline: {line}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return int(args.run(args, settings))
     except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # a person reads this: say what went wrong and what to do
-        if args.verbose:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `faultline ... | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except (UsageError, Unavailable, BrokerUnreachable, Failure) as exc:
+        if verbose:
+            logging.getLogger("faultline").exception("%s failed", args.cmd)
+        _error(args.cmd, exc)
+        return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FAILURE if isinstance(exc, Failure) \
+            else EXIT_UNAVAILABLE
+    except Exception as exc:  # a person reads this: say what went wrong; -v shows where
+        if verbose:
             raise
-        print(f"faultline {args.cmd}: {exc}", file=sys.stderr)
-        return 1
+        _error(args.cmd, exc)
+        print("(run it again with -v for the details)", file=sys.stderr)
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":

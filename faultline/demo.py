@@ -7,6 +7,7 @@ are printed as the correlator makes them, and everything lands in the archive.
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -17,15 +18,19 @@ from confluent_kafka import Consumer
 
 from common.kafka_admin import create_namespace_topics
 from common.settings import Settings
+from faultline.commands.replay import command_line, incident_line
+from faultline.outcome import collate
 from faultline.pipeline import (
     CorrelatorWorker,
     archive,
+    collect,
     end_marker,
-    ensure_broker,
     publish_capture,
     wait_for_end,
 )
+from faultline.preflight import preflight, where
 from faultline.simulate import Fleet
+from faultline.terminal import plural, to_json
 from producers.delivery import EventPublisher
 from streams.decisions import Command, Incident
 from streams.topics import topic_name
@@ -33,12 +38,15 @@ from streams.topics import topic_name
 __all__ = ["run_demo"]
 
 
+_OUT = {"stream": sys.stdout}
+
+
 def _say(msg: str) -> None:
-    print(msg, flush=True)
+    print(msg, file=_OUT["stream"], flush=True)
 
 
 def _watch(conf: dict, namespace: str, stop: threading.Event) -> None:
-    """Print incidents and commands as they reach their topics."""
+    """Print incidents and commands as they reach their topics (the event time in brackets)."""
     c = Consumer({**conf, "group.id": f"demo-watch-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"})
     inc_t, cmd_t = topic_name(namespace, "incidents"), topic_name(namespace, "commands")
     c.subscribe([inc_t, cmd_t])
@@ -50,15 +58,10 @@ def _watch(conf: dict, namespace: str, stop: threading.Event) -> None:
                 continue
             if m.topic() == inc_t:
                 i = Incident.model_validate_json(value)
-                _say(f"  [{i.updated_at:%H:%M:%S}] INCIDENT {i.category} job={i.job} culprit={i.culprit.node} "
-                     f"{i.culprit.gpus} severity={i.severity} state={i.state}")
+                _say(f"  [{(i.updated_at or i.opened_at):%H:%M:%S}] {incident_line(json.loads(i.model_dump_json()))}")
             else:
                 k = Command.model_validate_json(value)
-                tgt = ", ".join(f"{a}={v}" for a, v in k.target.model_dump().items() if v)
-                extra = f" from step {k.params['checkpoint']['step']}" if k.type == "restart_job" and \
-                    k.params.get("checkpoint") else ""
-                _say(f"  [{k.issued_at:%H:%M:%S}] COMMAND  {k.type} {tgt}{extra}"
-                     f"{'  (waits for approval)' if k.requires_approval else ''}")
+                _say(f"  [{k.issued_at:%H:%M:%S}] {command_line(json.loads(k.model_dump_json()), with_time=False)}")
     finally:
         c.close()
 
@@ -72,13 +75,16 @@ def _paced(lines: list[bytes], seconds: float) -> Iterator[bytes]:
         yield line
 
 
-def run_demo(settings: Settings, seconds: float = 20) -> int:
+def run_demo(settings: Settings, seconds: float = 20, json_out: bool = False) -> int:
+    """The demo; with ``json_out`` the people's lines go to standard error and the decisions, as the
+    contract's JSON, to standard output."""
+    _OUT["stream"] = sys.stderr if json_out else sys.stdout
     fleet = Fleet()
     lines = [line.encode() for line in fleet.lines()]
     _say(f"faultline demo: {fleet.nodes + fleet.spare_nodes} nodes x {fleet.gpus_per_node} GPUs, job "
          f"{fleet.job!r}; a GPU falls off the bus {fleet.fault.at_s / 60 if fleet.fault else 0:.0f} minutes in.")
-    _say("starting the broker (first run fetches Kafka with Maven)...")
-    bootstrap = ensure_broker(settings)
+    _say("checking the policy and the archive, starting the broker (the first run fetches Kafka with Maven)...")
+    bootstrap = preflight(settings)
     conf = settings.kafka_config(bootstrap)
     namespace = f"{settings.namespace}.demo-{uuid.uuid4().hex[:8]}"
     create_namespace_topics(conf, namespace, partitions=1)
@@ -97,11 +103,14 @@ def run_demo(settings: Settings, seconds: float = 20) -> int:
         wait_for_end(conf, namespace, worker, timeout=120)
         time.sleep(1.0)  # let the watcher print the last decisions
         rows = archive(settings, conf, namespace)
+        decided = collate(*collect(conf, namespace)) if json_out else None
     finally:
         stop.set()
         watcher.join(5)
         worker.stop()
-    _say(f"done: {rows} rows archived to {settings.archive_url} (namespace {namespace}).")
+    _say(f"done: {plural(rows, 'row')} archived to {where(settings.archive_url)} (namespace {namespace}).")
+    if decided is not None:
+        print(to_json(decided))
     return 0
 
 

@@ -1,8 +1,10 @@
 """What the on-call engineer reads: `faultline status`, `faultline incident ID`, `faultline timeline JOB`.
 
-Each view is a function from the archive to plain data (for ``--json``) and a
-renderer to a terminal table (rich). The archive is the source of truth for
-what happened; the topics only for what is in flight.
+Each view is a function from the archive to plain data (for ``--json``: :func:`faultline.terminal.to_json`
+writes its times in RFC 3339) and a renderer for a person (:func:`faultline.terminal.print_table`:
+a table at a terminal, aligned plain lines in a pipe). The archive is the source of truth for
+what happened; the topics only for what is in flight. An incident's entries are sentences,
+repeated signals grouped (:mod:`faultline.story`).
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
+from faultline.story import Entry, group, story
+from faultline.terminal import Column, human_time, make_console, plural, print_table
 from sinks.archive.store import Archive
 
 __all__ = ["status_data", "print_status", "incident_data", "print_incident", "job_incidents"]
@@ -44,42 +47,46 @@ def status_data(archive: Archive) -> dict[str, Any]:
             "waiting_for_approval": waiting, "dead_letters": archive.count("deadletters"), "sources": sources}
 
 
-def _table(title: str, rows: list[dict[str, Any]], cols: list[str]) -> Table:
-    t = Table(title=f"{title} ({len(rows)})", title_justify="left", expand=False)
-    for c in cols:
-        t.add_column(c)
-    for r in rows:
-        t.add_row(*[_cell(r.get(c)) for c in cols])
-    return t
-
-
-def _cell(v: Any) -> str:
-    if isinstance(v, list):
-        return ", ".join(str(x) for x in v)
-    return "" if v is None else str(v)[:80]
-
-
 def print_status(data: dict[str, Any], console: Console | None = None) -> None:
-    c = console or Console()
-    c.print(_table("Open incidents", data["open_incidents"],
-                   ["severity", "category", "job", "culprit_node", "state", "opened_at", "id"]))
-    c.print(_table("Quarantined GPUs", data["quarantined_gpus"], ["node", "gpu", "reason", "since", "incident"]))
-    c.print(_table("Cordoned nodes", data["cordoned_nodes"], ["node", "reason", "since", "incident"]))
-    c.print(_table("Waiting for approval", data["waiting_for_approval"],
-                   ["id", "type", "job", "node", "gpu", "issued_at"]))
-    c.print(_table("Sources", data["sources"], ["source", "last_event", "events"]))
-    c.print(f"dead letters: {data['dead_letters']}")
+    c = console or make_console()
+    sections: list[tuple[str, str, list[Column]]] = [
+        ("Open incidents", "open_incidents", [
+            Column("severity"), Column("category"), Column("job"), Column("culprit_node", "culprit"),
+            Column("state"), Column("opened_at", "opened", "time"), Column("id", kind="id")]),
+        ("Quarantined GPUs", "quarantined_gpus", [
+            Column("node"), Column("gpu", kind="id"), Column("since", kind="time"), Column("incident", kind="id"),
+            Column("reason")]),
+        ("Cordoned nodes", "cordoned_nodes", [
+            Column("node"), Column("since", kind="time"), Column("incident", kind="id"), Column("reason")]),
+        ("Waiting for approval", "waiting_for_approval", [
+            Column("id", kind="id"), Column("type"), Column("job"), Column("node"), Column("gpu", kind="id"),
+            Column("issued_at", "issued", "time")]),
+        ("Sources", "sources", [
+            Column("source"), Column("last_event", "last event", "time"), Column("events", kind="number")]),
+    ]
+    for title, key, columns in sections:
+        rows = data[key]
+        print_table(c, f"{title} ({len(rows)})", rows, columns)
+    c.print(f"dead letters: {data['dead_letters']}", markup=False)
     if data["waiting_for_approval"]:
-        c.print("next: review each command above, then `faultline approve ID` or `faultline deny ID --reason ...`")
+        c.print("next: review each command above, then `faultline approve ID` or `faultline deny ID --reason ...`",
+                markup=False)
 
 
 def incident_data(archive: Archive, incident_id: str) -> dict[str, Any] | None:
+    """The incident's latest version and its story: grouped entries, each with its sentence."""
     rows = archive.query("SELECT * FROM incidents_latest WHERE id = {id:String}", {"id": incident_id})
     if not rows:
         return None
     inc = rows[0]
     inc.pop("payload", None)
-    return {"incident": inc, "timeline": archive.timeline(incident_id)}
+    entries = group(story(archive, inc))
+    return {"incident": inc, "timeline": [_entry_json(e) for e in entries]}
+
+
+def _entry_json(e: Entry) -> dict[str, Any]:
+    return {"ts": e.ts, "last_ts": e.last_ts, "entry_type": e.lane, "what": e.what, "text": e.text,
+            "count": e.count, "nodes": list(e.nodes), "ranks": list(e.ranks), "detail": e.raw}
 
 
 def job_incidents(archive: Archive, job: str) -> list[str]:
@@ -87,16 +94,34 @@ def job_incidents(archive: Archive, job: str) -> list[str]:
         "SELECT id FROM incidents_latest WHERE job = {job:String} ORDER BY opened_at", {"job": job})]
 
 
+def entry_label(e: dict[str, Any]) -> str:
+    """``31 × NCCL watchdog timeout (...)`` for a group, the sentence otherwise."""
+    return f"{e['count']} × {e['text']}" if e.get("count", 1) > 1 else str(e["text"])
+
+
+def entry_origin(e: dict[str, Any]) -> str:
+    return Entry(e["ts"], e["entry_type"], e["what"], e["text"], nodes=tuple(e.get("nodes") or ()),
+                 ranks=tuple(e.get("ranks") or ())).origin
+
+
 def print_incident(data: dict[str, Any], console: Console | None = None) -> None:
-    c = console or Console()
+    c = console or make_console()
     inc = data["incident"]
-    c.print(f"[bold]{inc['id']}[/bold] {inc['category']} job={inc['job']} culprit={inc['culprit_node']} "
-            f"{_cell(inc['culprit_gpus'])} severity={inc['severity']} state={inc['state']} "
-            f"lost_gpu_hours={inc.get('lost_gpu_hours')}")
-    c.print(inc.get("summary") or "")
-    t = Table(title="timeline", title_justify="left")
-    for col in ("time", "lane", "what", "detail"):
-        t.add_column(col, overflow="fold")
-    for e in data["timeline"]:
-        t.add_row(str(e["ts"]), e["entry_type"], e["what"], str(e.get("detail") or "")[:120])
-    c.print(t)
+    culprit = " ".join(x for x in [inc.get("culprit_node") or "", ", ".join(inc.get("culprit_gpus") or [])] if x)
+    lost = inc.get("lost_gpu_hours")
+    lines = [
+        f"{inc['id']}  {inc['category']}  job {inc.get('job') or '-'}  culprit {culprit or '-'}",
+        f"severity {inc['severity']}, state {inc['state']}, opened {human_time(inc['opened_at'])}, "
+        f"last change {human_time(inc.get('updated_at'))}"
+        + (f", lost {lost:.2f} GPU-hours" if isinstance(lost, int | float) else ""),
+    ]
+    if inc.get("summary"):
+        lines.append(str(inc["summary"]))
+    for line in lines:
+        c.print(line, markup=False, highlight=False)
+    rows = [{"ts": e["ts"], "lane": e["entry_type"], "what": e["what"],
+             "detail": e.get("detail") if e["entry_type"] == "incident" else entry_label(e),  # a version: its summary
+             "from": entry_origin(e)} for e in data["timeline"]]
+    print_table(c, f"Timeline ({plural(len(rows), 'entry', 'entries')})", rows,
+                [Column("ts", "time", "time_ms"), Column("lane"), Column("what"), Column("detail"),
+                 Column("from")])

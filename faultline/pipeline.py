@@ -201,8 +201,14 @@ def archive(settings: Settings, conf: dict[str, Any], namespace: str) -> int:
 
 def replay(capture: Path, settings: Settings, keep_topics: bool = False,
            on_line: Callable[[int], None] | None = None) -> Run:
-    """Run a capture through the real pipeline; return what it decided (also archived)."""
-    bootstrap = ensure_broker(settings)
+    """Run a capture through the real pipeline; return what it decided (also archived).
+
+    The policy, the archive and the broker are checked first (:func:`faultline.preflight.preflight`):
+    nothing is published unless every stage can do its part.
+    """
+    from faultline.preflight import preflight
+
+    bootstrap = preflight(settings)
     conf = settings.kafka_config(bootstrap)
     run = Run(namespace=f"{settings.namespace}.replay-{uuid.uuid4().hex[:10]}")
     create_namespace_topics(conf, run.namespace, partitions=1)  # one partition: decisions keep their order

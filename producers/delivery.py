@@ -8,6 +8,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from common.kafka_logging import with_logger
 from streams.cells import DEFAULT_CELL, cell_key
 from streams.decisions import DeadLetter
 from streams.events import Event
@@ -39,7 +40,7 @@ class EventPublisher:
             "compression.type": "lz4",
             "message.max.bytes": 1_048_576,
         }
-        self._p = Producer(conf)
+        self._p = Producer(with_logger(conf))
         self._events = topic_name(namespace, "events")
         self._dead = topic_name(namespace, "deadletters")
         self._key = event_key(cell)

@@ -18,22 +18,34 @@ section                   question
 ``fault_hotspots``        Which racks and nodes concentrate faults?
 ========================  ===============================================================
 
-:func:`build_report` runs them; :meth:`Report.to_json` gives plain JSON for scripts and
-:func:`render_report` rich tables for a terminal. On an empty archive every section is
-empty or holds zero counts: nothing here raises for lack of data.
+:func:`build_report` runs them; :meth:`Report.to_json` gives plain JSON for scripts;
+:func:`faultline.report_view.render_report` prints them for people. On an empty archive every
+section is empty or holds zero counts: nothing here raises for lack of data.
+
+Definitions the answers share:
+
+* **Lost GPU-hours** of a failure: the GPUs of the job's run times the time from its newest saved
+  checkpoint (or the run's start, when that is later) to the failure's first evidence (the
+  incident's ``opened_at``): the compute the failure throws away. The time until the job runs
+  again is not in it; that is the time to recovery (``recovery``). The correlator computes the
+  incident's ``lost_gpu_hours`` the same way when it restarts the job, and ``checkpoint_loss``
+  recomputes it from the archived checkpoints.
+* **Shares and rates** (``hardware_share``, ``share``, ``success_rate``) are fractions from 0 to 1
+  in JSON, shown as percentages.
+* **A checkpoint trend** needs at least four saves in the window; with fewer, the trend says
+  ``too few saves`` and its figures (halves, change, slope) are null.
+* **The window** is the event time of the incidents' opening (of the saves, for the trend);
+  without ``since``/``until`` it is the whole archive (``since``/``until`` null in JSON).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
-
-from rich.console import Console
-from rich.table import Table
 
 from sinks.archive.store import Archive
 
@@ -42,8 +54,8 @@ __all__ = [
     "Report",
     "Section",
     "build_report",
+    "PERCENT_COLUMNS",
     "parse_since",
-    "render_report",
     "section_sql",
 ]
 
@@ -113,19 +125,26 @@ SECTIONS: tuple[Section, ...] = (
 )
 
 
+PERCENT_COLUMNS = frozenset({"hardware_share", "share", "success_rate"})
+"""Columns holding a fraction of 1, which people read as a percentage."""
+
+_TREND_FIGURES = ("first_half_s", "second_half_s", "change_pct", "slope_s_per_day")
+_TOO_FEW = "too few saves"
+
+
 @dataclass
 class Report:
-    """The answers for one window: per section key, the view's rows (dicts, in the view's order)."""
+    """The answers for one window (None: unbounded): per section key, the view's rows (dicts, in order)."""
 
-    since: datetime
-    until: datetime
+    since: datetime | None
+    until: datetime | None
     sections: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON: times as RFC 3339, NaN/inf as null, every section with its question."""
         return {
-            "since": self.since.isoformat(),
-            "until": self.until.isoformat(),
+            "since": None if self.since is None else self.since.isoformat(),
+            "until": None if self.until is None else self.until.isoformat(),
             "sections": {
                 s.key: {"title": s.title, "question": s.question,
                         "rows": [{k: _plain(v) for k, v in row.items()} for row in self.sections.get(s.key, [])]}
@@ -166,9 +185,12 @@ def section_sql(section: Section, since: datetime, until: datetime) -> str:
 def build_report(archive: Archive, since: datetime | None = None, until: datetime | None = None,
                  sections: Sequence[Section] = SECTIONS) -> Report:
     """Run every section's query over the window (default: all of the archive)."""
-    report = Report(since=since or _BEGINNING, until=until or _END_OF_TIME)
+    report = Report(since=since, until=until)
     for section in sections:
-        report.sections[section.key] = archive.query(section_sql(section, report.since, report.until))
+        rows = archive.query(section_sql(section, since or _BEGINNING, until or _END_OF_TIME))
+        if section.key == "checkpoint_trend":
+            rows = [{**r, **dict.fromkeys(_TREND_FIGURES)} if r.get("trend") == _TOO_FEW else r for r in rows]
+        report.sections[section.key] = rows
     return report
 
 
@@ -181,41 +203,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
-
-
-def _cell(value: Any) -> str:
-    """One value as a person reads it in a table."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:,.3f}".rstrip("0").rstrip(".")
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-    if isinstance(value, list | tuple):
-        return ", ".join(str(v) for v in sorted(value))
-    return str(value)
-
-
-def _table(section: Section, rows: Sequence[Mapping[str, Any]]) -> Table:
-    table = Table(title=section.title, caption=section.question, title_justify="left", caption_justify="left")
-    for column in section.columns:
-        numeric = any(isinstance(r.get(column), int | float) and not isinstance(r.get(column), bool) for r in rows)
-        table.add_column(column.replace("_", " "), justify="right" if numeric else "left")
-    for row in rows:
-        table.add_row(*(_cell(row.get(column)) for column in section.columns))
-    return table
-
-
-def render_report(report: Report, console: Console | None = None) -> None:
-    """Print every section as a rich table (an empty one says so)."""
-    console = console or Console()
-    console.print(f"[bold]faultline report[/bold]  incidents opened {_cell(report.since)} → {_cell(report.until)} UTC")
-    for section in SECTIONS:
-        rows = report.sections.get(section.key, [])
-        console.print()
-        if rows:
-            console.print(_table(section, rows))
-        else:
-            console.print(f"[bold]{section.title}[/bold]: no data in this window [dim]({section.question})[/dim]")

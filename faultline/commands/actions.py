@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import uuid
 from datetime import UTC, datetime
 
 from common.settings import Settings
 from faultline.commands import Add
+from faultline.errors import UsageError
+from faultline.terminal import to_json
+from streams.topics import topic_name
 
 __all__ = ["register"]
 
@@ -21,6 +25,7 @@ def register(add: Add) -> None:
     q.add_argument("--by", default=None, help="who (default: $USER)")
     q.add_argument("--cell", default=None, help="the node's cell, where a namespace holds several "
                    "(default: FAULTLINE_CELL)")
+    q.add_argument("--json", action="store_true", help="print the event sent as JSON")
     q.set_defaults(run=_operator_action)
 
     rl = add("release", "Return a GPU or NODE to service; only with a passing validation recorded.",
@@ -31,6 +36,7 @@ def register(add: Add) -> None:
     rl.add_argument("--by", default=None, help="who (default: $USER)")
     rl.add_argument("--reason", default="")
     rl.add_argument("--cell", default=None, help="the node's cell (default: FAULTLINE_CELL)")
+    rl.add_argument("--json", action="store_true", help="print the event sent as JSON")
     rl.set_defaults(run=_operator_action)
 
     examples = {"approve": "faultline approve cmd-3f2a9c41 --by alice --reason 'job checkpointed; reboot is safe'",
@@ -41,6 +47,7 @@ def register(add: Add) -> None:
         v.add_argument("id", help="the command id (from its waiting_approval result)")
         v.add_argument("--by", help="who decides (default: your login name)")
         v.add_argument("--reason", default="", help="why, for the record")
+        v.add_argument("--json", action="store_true", help="print the decision sent as JSON")
         v.set_defaults(run=_decide)
 
 
@@ -52,7 +59,11 @@ def _decide(args: argparse.Namespace, settings: Settings) -> int:
     approval = Approval(command=args.id, decision="approve" if args.cmd == "approve" else "deny",
                         by=args.by or getpass.getuser(), at=datetime.now(UTC), reason=args.reason)
     send_decision(settings.kafka_config(ensure_broker(settings)), settings.namespace, approval)
-    print(f"{'approved' if approval.decision == 'approve' else 'denied'} {approval.command} as {approval.by}")
+    if args.json:
+        print(to_json({"sent_to": topic_name(settings.namespace, "approvals"),
+                       "approval": json.loads(approval.model_dump_json())}))
+    else:
+        print(f"{'approved' if approval.decision == 'approve' else 'denied'} {approval.command} as {approval.by}")
     return 0
 
 
@@ -62,6 +73,8 @@ def _operator_action(args: argparse.Namespace, settings: Settings) -> int:
     from streams.events import Event, GpuRef, OperatorAction
 
     node, _, gpu = args.hardware.partition(":")
+    if not node:
+        raise UsageError(f"{args.hardware!r} names no node; give NODE, NODE:INDEX or NODE:UUID (e.g. n03:2)")
     ref = (GpuRef(index=int(gpu)) if gpu.isdigit() else GpuRef(uuid=gpu)) if gpu else None
     action = "cordon_node" if args.cmd == "quarantine" and ref is None else (
         "quarantine_gpu" if args.cmd == "quarantine" else "release_gpu")
@@ -71,9 +84,13 @@ def _operator_action(args: argparse.Namespace, settings: Settings) -> int:
     cell = args.cell or settings.cell
     bootstrap = ensure_broker(settings)
     pub = EventPublisher(settings.kafka_config(bootstrap), settings.namespace, cell)
-    pub.publish([Event(id=f"operator-{uuid.uuid4().hex}", ts=datetime.now(UTC), source="operator", node=node,
-                       body=body)])
+    event = Event(id=f"operator-{uuid.uuid4().hex}", ts=datetime.now(UTC), source="operator", node=node, body=body)
+    pub.publish([event])
     pub.flush()
-    print(f"{action} {args.hardware} by {by} sent to {settings.namespace}.events (cell {cell}); the "
-          f"correlator records it and issues the command (see `faultline status`)")
+    if args.json:
+        print(to_json({"sent_to": topic_name(settings.namespace, "events"), "cell": cell,
+                       "event": json.loads(event.model_dump_json())}))
+    else:
+        print(f"{action} {args.hardware} by {by} sent to {settings.namespace}.events (cell {cell}); the "
+              f"correlator records it and issues the command (see `faultline status`)")
     return 0

@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
 from common.settings import Settings
 from faultline.commands import Add
+from faultline.errors import Unavailable, UsageError
+from faultline.terminal import to_json
 
 __all__ = ["register"]
 
 
 def register(add: Add) -> None:
-    s = add("schemas", "Export JSON Schema of every topic's records for subscribers.",
-            "faultline schemas export build/schemas")
-    s.add_argument("action", choices=["export"])
-    s.add_argument("dir", type=Path)
+    s = add("schemas", "Export JSON Schema of every topic's records for subscribers, or register them in the "
+            "schema registry (FAULTLINE_SCHEMA_REGISTRY).", "faultline schemas export build/schemas")
+    s.add_argument("action", choices=["export", "register"])
+    s.add_argument("dir", type=Path, nargs="?", help="export: where to write <topic>.schema.json")
+    s.add_argument("--json", action="store_true", help="print the files written as JSON")
     s.set_defaults(run=_schemas)
 
     b = add("broker", "Start, stop or check the local Kafka broker (KRaft, loopback).", "faultline broker start")
     b.add_argument("action", choices=["start", "stop", "status"])
+    b.add_argument("--json", action="store_true", help="print the broker's state as JSON")
     b.set_defaults(run=_broker)
 
     tp = add("topics", "Print the namespace's topic plan with its sizing arithmetic, or apply it to Kafka.",
@@ -28,6 +33,7 @@ def register(add: Add) -> None:
     tp.add_argument("action", choices=["plan", "apply"])
     tp.add_argument("--dry-run", action="store_true", help="apply: say what would change; change nothing")
     tp.add_argument("--gpus", type=int, default=10_000, help="GPUs in the fleet (cell) to size for (10000)")
+    tp.add_argument("--json", action="store_true", help="print the plan (or what apply did) as JSON")
     tp.set_defaults(run=_topics)
 
     ac = add("acls", "Print the namespace's Kafka ACLs per service (deploy/acls.py), or apply them as the admin.",
@@ -36,6 +42,7 @@ def register(add: Add) -> None:
     ac.add_argument("--dry-run", action="store_true", help="apply: say what would be created; change nothing")
     ac.add_argument("--user", action="append", default=[], metavar="SERVICE=NAME",
                     help="a service's Kafka user when not faultline-<service> (repeatable)")
+    ac.add_argument("--json", action="store_true", help="print the grants (or what apply did) as JSON")
     ac.set_defaults(run=_acls)
 
     be = add("bench", "Measure detection latency, throughput, archive rate, replay rate and goodput.",
@@ -45,11 +52,39 @@ def register(add: Add) -> None:
     be.set_defaults(run=_bench)
 
 
+def _register(settings: Settings) -> list[dict[str, object]]:
+    from common.schema_registry import register_schemas
+
+    if not settings.schema_registry:
+        raise UsageError("no schema registry configured: set FAULTLINE_SCHEMA_REGISTRY=http(s)://host:8081")
+    password = settings.schema_registry_password.get_secret_value() if settings.schema_registry_password else None
+    try:
+        done = register_schemas(settings.schema_registry, settings.namespace, settings.schema_registry_username,
+                                password)
+    except RuntimeError as exc:
+        raise Unavailable(str(exc)) from None
+    return [dataclasses.asdict(r) for r in done]
+
+
 def _schemas(args: argparse.Namespace, settings: Settings) -> int:
     from streams.export import export_schemas
 
-    for path in export_schemas(args.dir):
-        print(path)
+    if args.action == "register":
+        done = _register(settings)
+        if args.json:
+            print(to_json({"registry": settings.schema_registry, "registered": done}))
+        else:
+            for r in done:
+                print(f"registered {r['subject']} as id {r['schema_id']} ({r['uri']})")
+        return 0
+    if args.dir is None:
+        raise UsageError("schemas export needs the directory to write to, e.g. faultline schemas export build/schemas")
+    paths = export_schemas(args.dir)
+    if args.json:
+        print(to_json({"written": [str(p) for p in paths]}))
+    else:
+        for path in paths:
+            print(path)
     return 0
 
 
@@ -58,13 +93,22 @@ def _broker(args: argparse.Namespace, settings: Settings) -> int:
 
     state = settings.data_dir / "kafka"
     if args.action == "start":
-        print(f"local Kafka broker ready at {start_detached(state, port=settings.local_kafka_port)}")
+        address: str | None = start_detached(state, port=settings.local_kafka_port)
+        text = f"local Kafka broker ready at {address}"
     elif args.action == "stop":
-        print("stopped" if stop_detached(state) else "no local broker was running")
+        stopped = stop_detached(state)
+        address = None
+        text = "stopped" if stopped else "no local broker was running"
     else:
-        status = detached_status(state)
-        print(f"running at {status}" if status else "not running")
-        return 0 if status else 1
+        address = detached_status(state)
+        text = f"running at {address}" if address else f"not running (its state dir: {state}); `faultline broker start`"
+    if args.json:
+        print(to_json({"action": args.action, "running": address is not None, "bootstrap": address,
+                       "state_dir": str(state)}))
+    else:
+        print(text)
+    if args.action == "status" and address is None:
+        return 1  # `faultline broker status && ...` in scripts: not running is a failure, said above
     return 0
 
 
@@ -74,12 +118,19 @@ def _topics(args: argparse.Namespace, settings: Settings) -> int:
 
     plan = make_plan(settings.namespace, Assumptions(gpus=args.gpus))
     if args.action == "plan":
-        print(render_plan(plan))
+        print(to_json(dataclasses.asdict(plan)) if args.json else render_plan(plan))
         return 0
     from faultline.pipeline import ensure_broker
 
     actions = apply_plan(settings.kafka_config(ensure_broker(settings)), plan, dry_run=args.dry_run)
-    print(render_actions(actions, args.dry_run))
+    registered = _register(settings) if settings.schema_registry and not args.dry_run else []
+    if args.json:
+        print(to_json({"dry_run": args.dry_run, "actions": [dataclasses.asdict(a) for a in actions],
+                       "schemas_registered": registered}))
+    else:
+        print(render_actions(actions, args.dry_run))
+        for r in registered:
+            print(f"schema     {r['subject']}: registered as id {r['schema_id']}")
     return 0
 
 
@@ -89,14 +140,15 @@ def _acls(args: argparse.Namespace, settings: Settings) -> int:
 
     users = dict(u.split("=", 1) for u in args.user if "=" in u)
     if len(users) != len(args.user):
-        raise ValueError("--user takes SERVICE=NAME, e.g. --user sink=archive-writer")
+        raise UsageError("--user takes SERVICE=NAME, e.g. --user sink=archive-writer")
     grants = acl_plan(settings.namespace, users)
     if args.action == "plan":
-        print(render_plan(grants))
+        print(to_json({"grants": [dataclasses.asdict(g) for g in grants]}) if args.json else render_plan(grants))
         return 0
     from faultline.pipeline import ensure_broker
 
-    print("\n".join(apply_acls(settings.kafka_config(ensure_broker(settings)), grants, dry_run=args.dry_run)))
+    done = apply_acls(settings.kafka_config(ensure_broker(settings)), grants, dry_run=args.dry_run)
+    print(to_json({"dry_run": args.dry_run, "done": done}) if args.json else "\n".join(done))
     return 0
 
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from common.settings import Settings
 from faultline.commands import Add
+from faultline.errors import Failure, UsageError
 
-__all__ = ["register"]
+__all__ = ["register", "incident_line", "command_line"]
 
 
 def register(add: Add) -> None:
@@ -23,41 +26,72 @@ def register(add: Add) -> None:
     r.set_defaults(run=_replay)
 
 
+def incident_line(inc: dict[str, Any]) -> str:
+    """``incident inc-… gpu_off_bus job pt-70b culprit n03 GPU-e406… state restarting`` (contract JSON in)."""
+    culprit = inc.get("culprit") or {}
+    blamed = " ".join([culprit.get("node") or "", *(culprit.get("gpus") or [])]).strip() or "-"
+    return (f"incident {inc['id']} {inc['category']} job {inc.get('job') or '-'} culprit {blamed} "
+            f"severity {inc['severity']} state {inc['state']}")
+
+
+def command_line(c: dict[str, Any], with_time: bool = True) -> str:
+    """One command as a person reads it (contract JSON in): when, what, on what, and how."""
+    from faultline.story import describe_command
+    from faultline.terminal import human_time
+
+    target = " ".join(f"{k} {v}" for k, v in (c.get("target") or {}).items() if v)
+    how = describe_command(c["type"], c.get("params") or {}) if c["type"] == "restart_job" else ""
+    approval = " (waits for approval)" if c.get("requires_approval") else ""
+    when = f"{human_time(c['issued_at'], ms=True)} " if with_time else ""
+    return f"command  {when}{c['type']} {target}{f': {how}' if how else ''}{approval}"
+
+
+@contextmanager
+def _progress(total: int) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on standard error at a terminal; silence in a pipe or log file."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from faultline.terminal import make_console
+
+    console = make_console(stderr=True)
+    if not console.is_terminal:
+        yield lambda n: None
+        return
+    with Progress(TextColumn("publishing"), BarColumn(), MofNCompleteColumn(), TextColumn("lines"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("replay", total=total)
+        yield lambda n: bar.update(task, completed=n)
+
+
 def _replay(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.pipeline import replay
+    from faultline.preflight import where
+    from faultline.terminal import plural, to_json
 
     if not args.capture.is_file():
-        print(f"faultline replay: no such capture file {args.capture}", file=sys.stderr)
-        return 2
+        raise UsageError(f"no such capture file {args.capture}; give the path of a JSON Lines capture "
+                         "(../shared/contract/README.md describes the format)")
     if args.policy:
         settings = settings.model_copy(update={"policy": args.policy})
-    total = sum(1 for _ in args.capture.open("rb"))
-    step = max(1, total // 20)
-
-    def progress(n: int) -> None:  # on standard error, so --json output stays clean
-        if n % step == 0 or n == total:
-            print(f"\rreplay: {n}/{total} lines published ({100 * n // max(total, 1)}%)", end="", file=sys.stderr,
-                  flush=True)
-
-    run = replay(args.capture, settings, keep_topics=args.keep_topics, on_line=progress)
-    print(file=sys.stderr)
+    with args.capture.open("rb") as f:
+        total = sum(1 for _ in f)
+    with _progress(total) as on_line:
+        run = replay(args.capture, settings, keep_topics=args.keep_topics, on_line=on_line)
     out = run.contract()
-    print(f"replayed {run.lines} lines ({run.bad} bad) as {run.events} events in namespace {run.namespace}; "
-          f"{len(out['incidents'])} incidents, {len(out['commands'])} commands; "
-          f"{run.archived_rows} rows archived to {settings.archive_url}", file=sys.stderr)
+    print(f"replayed {plural(run.lines, 'line')} ({run.bad} bad) as {plural(run.events, 'event')} in namespace "
+          f"{run.namespace}; {plural(len(out['incidents']), 'incident')}, {plural(len(out['commands']), 'command')}; "
+          f"{plural(run.archived_rows, 'row')} archived to {where(settings.archive_url)}", file=sys.stderr)
     if args.json:
-        print(json.dumps(out))
+        print(to_json(out))
     else:
         for inc in out["incidents"]:
-            print(f"incident {inc['id']} {inc['category']} job={inc['job']} culprit={inc['culprit']} "
-                  f"state={inc['state']}")
+            print(incident_line(inc))
         for c in out["commands"]:
-            target = " ".join(f"{k}={v}" for k, v in c["target"].items() if v)
-            extra = ""
-            if c["type"] == "restart_job":
-                p = c["params"]
-                extra = (f" from step {(p.get('checkpoint') or {}).get('step')} on {p.get('gpus')} GPUs, "
-                         f"excluding {p.get('exclude')}")
-            print(f"command  {c['issued_at']} {c['type']} {target}{extra}"
-                  f"{' (needs approval)' if c['requires_approval'] else ''}")
+            print(command_line(c))
+    if run.lines == 0:
+        raise Failure(f"{args.capture} holds no observations; nothing was judged")
+    if run.bad == run.lines:
+        raise Failure(f"every line of {args.capture} was bad ({plural(run.bad, 'dead letter')}; the reasons are in "
+                      "the deadletters table: `faultline status`); nothing was judged. Check the capture's format "
+                      "against ../shared/contract/README.md")
     return 0

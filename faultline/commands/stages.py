@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 import sys
 import threading
@@ -20,6 +19,8 @@ def register(add: Add) -> None:
     d = add("demo", "Simulate a small fleet in which a GPU fails; print incidents and commands as they happen.",
             "faultline demo")
     d.add_argument("--seconds", type=float, default=20, help="wall-clock length of the demo")
+    d.add_argument("--json", action="store_true", help="print the decisions as the contract's JSON on standard "
+                   "output (the running commentary goes to standard error)")
     d.set_defaults(run=_demo)
 
     add("worker", "Run the Faust correlator worker (reads FAULTLINE_* settings).",
@@ -59,11 +60,14 @@ def register(add: Add) -> None:
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.demo import run_demo
 
-    return run_demo(settings, seconds=args.seconds)
+    return run_demo(settings, seconds=args.seconds, json_out=args.json)
 
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
     from correlators.app import make_app
+    from faultline.preflight import check_policy
+
+    check_policy(settings.policy)  # a bad FAULTLINE_POLICY is one line here, not a crash inside Faust
 
     sys.argv = ["faultline", "worker", "-l", "info" if args.verbose else "warn", "--without-web"]
     make_app(settings).main()
@@ -79,17 +83,16 @@ def _serve_metrics(settings: Settings) -> None:
 
 def _sink(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.pipeline import ensure_broker
-    from sinks.archive.store import Archive
+    from faultline.preflight import open_archive, where
     from sinks.archive_sink import ArchiveSink
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     bootstrap = ensure_broker(settings)
     _serve_metrics(settings)
-    with Archive.open(settings.archive_url) as archive, \
+    with open_archive(settings) as archive, \
             ArchiveSink(archive, bootstrap, settings.namespace, consumer_config=settings.kafka_config(bootstrap)) as sink:
-        where = re.sub(r"//[^/@]*@", "//***@", settings.archive_url)  # never print credentials
-        print(f"archiving {settings.namespace}.* from {bootstrap} into {where}", file=sys.stderr)
+        print(f"archiving {settings.namespace}.* from {bootstrap} into {where(settings.archive_url)}", file=sys.stderr)
         sink.run(stop)
     return 0
 

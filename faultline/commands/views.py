@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from common.settings import Settings
 from faultline.commands import Add
+from faultline.errors import Failure, UsageError
 
 __all__ = ["register"]
 
@@ -40,18 +40,19 @@ def register(add: Add) -> None:
 
 
 def _report(args: argparse.Namespace, settings: Settings) -> int:
-    from sinks.archive.store import Archive
-    from sinks.report import build_report, parse_since, render_report
+    from faultline.preflight import open_archive
+    from faultline.report_view import render_report
+    from faultline.terminal import to_json
+    from sinks.report import build_report, parse_since
 
     try:
         since = parse_since(args.since) if args.since else None
     except ValueError as exc:
-        print(f"faultline report: {exc}", file=sys.stderr)
-        return 2
-    with Archive.open(settings.archive_url) as archive:
+        raise UsageError(str(exc)) from None
+    with open_archive(settings) as archive:
         report = build_report(archive, since=since)
     if args.json:
-        print(json.dumps(report.to_json()))
+        print(to_json(report.to_json()))
     else:
         render_report(report)
     return 0
@@ -65,23 +66,23 @@ def _operator_view(args: argparse.Namespace, settings: Settings) -> int:
         print_status,
         status_data,
     )
+    from faultline.preflight import open_archive, where
+    from faultline.terminal import to_json
     from faultline.timeline_html import render_timeline
-    from sinks.archive.store import Archive
 
-    with Archive.open(settings.archive_url) as archive:
+    with open_archive(settings) as archive:
         if args.cmd == "status":
             data = status_data(archive)
-            print(json.dumps(data, default=str)) if args.json else print_status(data)
+            print(to_json(data)) if args.json else print_status(data)
             return 0
         ids = [args.id] if args.cmd == "incident" else job_incidents(archive, args.job)
         stories = [d for i in ids if (d := incident_data(archive, i)) is not None]
     if not stories:
         what = f"incident {args.id}" if args.cmd == "incident" else f"incidents of job {args.job}"
-        print(f"faultline {args.cmd}: no {what} in {settings.archive_url}; check the id with `faultline status`",
-              file=sys.stderr)
-        return 1
+        raise Failure(f"no {what} in {where(settings.archive_url)}; check the id with `faultline status` "
+                      "(or FAULTLINE_ARCHIVE, if it is another archive)")
     for n, story in enumerate(stories):
-        print(json.dumps(story, default=str)) if args.json else print_incident(story)
+        print(to_json(story)) if args.json else print_incident(story)
         if args.html:
             path = args.html if n == 0 else args.html.with_name(f"{args.html.stem}-{n + 1}{args.html.suffix}")
             path.write_text(render_timeline(story["incident"], story["timeline"]), encoding="utf-8")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -46,3 +48,19 @@ def test_credentials_reach_clients_and_child_processes_but_no_printout() -> None
         assert SECRET not in shown
     plain = Settings(kafka_security_protocol="PLAINTEXT").kafka_security_env()
     assert plain["FAULTLINE_KAFKA_PASSWORD"] is None and plain["FAULTLINE_KAFKA_USERNAME"] is None
+
+
+def test_the_data_dir_is_the_checkout_s_var_or_the_user_s_data_dir(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from common.settings import default_data_dir
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "pyproject.toml").write_text("[project]\n")
+    assert default_data_dir(checkout) == checkout / "var"
+    site = tmp_path / "site-packages"  # installed with pip: no pyproject.toml beside the packages
+    site.mkdir()
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_data_dir(site) == tmp_path / "xdg" / "faultline"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    assert default_data_dir(site) == Path.home() / ".local" / "share" / "faultline"

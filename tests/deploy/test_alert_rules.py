@@ -85,6 +85,40 @@ def test_alerts_say_how_urgent_and_what_to_do() -> None:
         assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
 
 
+RUNBOOK_BASE = "https://github.com/faultline/faultline/blob/main/OPERATIONS.md"
+
+
+def _anchors(markdown: str) -> set[str]:
+    """The anchors a Markdown renderer (GitHub's rule) gives the headings of ``markdown``."""
+    heads = re.findall(r"^#+ (.+)$", markdown, flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
+
+
+def test_every_alert_links_its_runbook_section_of_operations() -> None:
+    anchors = _anchors((REPO_ROOT / "OPERATIONS.md").read_text())
+    for rule in _rules():
+        url = rule["annotations"].get("runbook_url", "")
+        base, _, anchor = url.partition("#")
+        assert base == RUNBOOK_BASE, f"{rule['alert']}: runbook_url {url!r}"
+        assert anchor == rule["alert"].lower() and anchor in anchors, f"{rule['alert']}: no section #{anchor}"
+
+
+def test_the_pipeline_has_alerts_for_lost_events_spool_backlog_and_sink_lag() -> None:
+    exprs = {rule["alert"]: rule["expr"] for rule in _rules()}
+    assert "faultline_producer_dropped_total" in exprs["AgentDroppingEvents"]
+    assert "faultline_producer_spool_backlog_bytes" in exprs["AgentSpoolBacklog"]
+    assert 'stage="sink"' in exprs["ArchiveSinkBehind"]
+
+
+def test_exported_gpu_series_have_the_labels_declared() -> None:
+    from producers.exported_metrics import GPU_LABELS
+
+    for spec in AGENT_METRICS:
+        if spec.name.startswith("faultline_gpu_"):
+            assert spec.labels[:len(GPU_LABELS)] == GPU_LABELS, spec.name
+    assert {"UUID", "modelName", "Hostname", "pci_bus_id"} <= set(GPU_LABELS)  # dcgm-exporter's join labels
+
+
 def _exported_names() -> set[str]:
     """Every sample name faultline's metrics expose: the pipeline's collectors and the agent's."""
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}

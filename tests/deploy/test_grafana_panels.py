@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,8 +32,20 @@ if TYPE_CHECKING:
 pytest_plugins = ["tests.sinks.replayed"]
 
 GRAFANA = REPO_ROOT / "deploy" / "grafana"
-DASHBOARDS = sorted((GRAFANA / "dashboards").glob("*.json"))
+ALL_DASHBOARDS = sorted((GRAFANA / "dashboards").glob("*.json"))
 PLUGIN = "grafana-clickhouse-datasource"
+DATASOURCE_REF = "${datasource}"  # every panel picks its data source with the dashboard's variable
+
+
+def _plugin(path: Path) -> str:
+    """The data source type a dashboard's ``datasource`` variable offers."""
+    board = json.loads(path.read_text())
+    [var] = [v for v in board["templating"]["list"] if v["type"] == "datasource"]
+    return str(var["query"])
+
+
+DASHBOARDS = [p for p in ALL_DASHBOARDS if _plugin(p) == PLUGIN]  # the archive's (SQL) dashboards
+METRIC_DASHBOARDS = [p for p in ALL_DASHBOARDS if _plugin(p) == "prometheus"]
 MACROS = {"fromTime", "toTime", "fromTime_ms", "toTime_ms", "timeFilter", "timeFilter_ms", "timeInterval",
           "timeInterval_ms", "interval_s"}
 GLOBALS = {"__from", "__to"}  # Grafana's own time range variables, epoch milliseconds
@@ -108,6 +122,8 @@ def render(sql: str, start: datetime, end: datetime, interval: timedelta, variab
         sql = re.sub(rf"\$__{name}\b", value, sql)
     sql = sql.replace("${__from}", str(_millis(start))).replace("${__to}", str(_millis(end)))  # Grafana's globals
     for name, value in variables.items():
+        quoted = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"  # Grafana's sqlstring format
+        sql = sql.replace(f"${{{name}:sqlstring}}", quoted)
         sql = sql.replace(f"${{{name}}}", value)
         sql = re.sub(rf"\${name}\b", value, sql)
     return sql
@@ -122,6 +138,7 @@ def test_render_matches_the_plugin() -> None:
                    "ts >= toDateTime(1700000000) AND ts <= toDateTime(1700003600) AND j = 'j1' AND k = j1 "
                    "AND a > fromUnixTimestamp64Milli(1700000000000) AND b < toDateTime(1700003600) AND 20 > 0 "
                    "AND 1700000000000 < 1700003600500")
+    assert render("j = ${job:sqlstring}", start, end, timedelta(seconds=1), {"job": "o'brien"}) == "j = 'o\\'brien'"
 
 
 # --------------------------------------------------------------------------- provisioning, statically
@@ -143,18 +160,42 @@ def test_dashboard_provider_loads_files() -> None:
 
 
 def test_dashboards_are_well_formed() -> None:
-    [ds] = _load(GRAFANA / "provisioning" / "datasources" / "clickhouse.yaml")["datasources"]
     boards = [_load(p) for p in DASHBOARDS]
-    assert len(boards) >= 3 and len({b["uid"] for b in boards}) == len(boards)
+    assert len(boards) >= 3 and len({b["uid"] for b in _boards()}) == len(ALL_DASHBOARDS)
     for board in boards:
         panels = board["panels"]
         assert len({p["id"] for p in panels}) == len(panels) and len({p["title"] for p in panels}) == len(panels)
         for panel in panels:
-            assert panel["datasource"] == {"type": PLUGIN, "uid": ds["uid"]}, panel["title"]
+            assert panel["datasource"] == {"type": PLUGIN, "uid": DATASOURCE_REF}, panel["title"]
             [target] = panel["targets"]
-            assert target["datasource"]["uid"] == ds["uid"] and target["editorType"] == "sql"
+            assert target["datasource"]["uid"] == DATASOURCE_REF and target["editorType"] == "sql"
             timeseries = panel["type"] == "timeseries"
             assert (target["format"], target["queryType"]) == ((0, "timeseries") if timeseries else (1, "table"))
+
+
+def _boards() -> list[dict[str, Any]]:
+    return [_load(p) for p in ALL_DASHBOARDS]
+
+
+def test_dashboards_import_anywhere() -> None:
+    """No data source uid is written into a dashboard: a ``datasource`` variable of the right plugin picks
+    one wherever the dashboard is imported, and ``__requires`` says what it needs."""
+    for board in _boards():
+        [var] = [v for v in board["templating"]["list"] if v["type"] == "datasource"]
+        assert var["name"] == "datasource" and var["current"] == {}, board["uid"]
+        assert any(r["type"] == "datasource" and r["id"] == var["query"] for r in board["__requires"]), board["uid"]
+        text = json.dumps(board)
+        assert "faultline-clickhouse" not in text and "faultline-prometheus" not in text, board["uid"]
+        refs = re.findall(r'"uid": "([^"]*)"', json.dumps([board["panels"], board["templating"]["list"]]))
+        assert refs and set(refs) == {DATASOURCE_REF}, board["uid"]
+
+
+def test_sql_interpolates_variables_as_quoted_strings() -> None:
+    """``${job:sqlstring}`` (Grafana quotes and escapes it), never ``'${job}'`` pasted between quotes."""
+    for q in QUERIES:
+        assert not re.search(r"'\$\{?[A-Za-z]\w*\}?'", q.sql), q.id
+        for var in re.findall(r"\$\{([A-Za-z]\w*)(:\w+)?\}", q.sql):
+            assert var[1] == ":sqlstring", f"{q.id}: ${{{var[0]}{var[1]}}}"
 
 
 def test_every_query_has_expectations_and_every_expectation_a_query() -> None:
@@ -172,6 +213,54 @@ def test_queries_use_only_known_macros_and_declared_variables() -> None:
             assert set(re.findall(r"\$__(\w+)", q.sql)) <= MACROS, q.id
             assert set(re.findall(r"\$\{(__\w+)\}", q.sql)) <= GLOBALS, q.id
             assert set(re.findall(r"\$\{?([A-Za-z]\w*)", q.sql)) <= names, q.id  # $__macros start with "_"
+
+
+# --------------------------------------------------------------------------- the pipeline-health dashboard
+
+PROMTOOL = shutil.which("promtool")
+
+
+def _metric_exprs() -> list[tuple[str, str]]:
+    return [(f"{_load(p)['uid']}:{panel['title']}", target["expr"])
+            for p in METRIC_DASHBOARDS for panel in _load(p)["panels"] for target in panel["targets"]]
+
+
+def _exported_sample_names() -> set[str]:
+    """Every sample name the services expose: whatever their metric modules register."""
+    from prometheus_client import REGISTRY
+
+    import common.metrics  # noqa: F401
+    import producers.exported_metrics  # noqa: F401
+    import producers.metrics  # noqa: F401
+    import sinks.archive_sink  # noqa: F401
+    import sinks.executors.runner  # noqa: F401
+
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+    return {family.name + s for family in REGISTRY.collect() for s in suffixes.get(family.type, ("",))} | {"up"}
+
+
+def test_there_is_a_pipeline_health_dashboard_over_the_services_metrics() -> None:
+    exprs = _metric_exprs()
+    assert [_load(p)["uid"] for p in METRIC_DASHBOARDS] == ["faultline-pipeline-health"]
+    used = {name for _, e in exprs for name in re.findall(r"\b(faultline_\w+|up)\b(?=[{\[\s)]|$)", e)}
+    assert used and used <= _exported_sample_names(), sorted(used - _exported_sample_names())
+    for needed in ("faultline_consumer_lag_records", "faultline_dead_letters_total", "faultline_producer_dropped_total",
+                   "faultline_producer_spool_backlog_bytes", "faultline_detection_to_command_seconds_bucket"):
+        assert needed in used, needed
+    for panel in (panel for p in METRIC_DASHBOARDS for panel in _load(p)["panels"]):
+        assert panel["datasource"] == {"type": "prometheus", "uid": DATASOURCE_REF}, panel["title"]
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian package `prometheus`)")
+def test_pipeline_health_queries_are_valid_promql(tmp_path: Path) -> None:
+    """promtool parses each panel's query (as a recording rule, Grafana's $__rate_interval as 5m)."""
+    rules = {"groups": [{"name": "dashboard", "rules": [
+        {"record": f"dashboard:query_{n}", "expr": e.replace("$__rate_interval", "5m")}
+        for n, (_, e) in enumerate(_metric_exprs())]}]}
+    path = tmp_path / "dashboard_rules.yml"
+    path.write_text(yaml.safe_dump(rules))
+    done = subprocess.run([PROMTOOL or "", "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 # --------------------------------------------------------------------------- every query, on the replayed archive

@@ -15,6 +15,7 @@ import pytest
 from common.kafka_admin import create_namespace_topics, delete_namespace_topics
 from common.settings import Settings
 from faultline.cli import EXAMPLES, main
+from faultline.errors import EXIT_UNAVAILABLE
 from producers.delivery import EventPublisher
 from sinks.archive.store import Archive
 from streams.events import AgentHeartbeat, Event
@@ -39,7 +40,7 @@ def test_unreachable_broker_names_the_address_and_the_setting(monkeypatch: pytes
     capture = tmp_path / "c.jsonl"
     capture.write_text('{"ts": "2026-04-22T03:00:00+00:00", "source": "node_agent", "node": "n1", "alive": true}\n')
     monkeypatch.setenv("FAULTLINE_KAFKA", "127.0.0.1:1")
-    assert main(["replay", str(capture)]) == 1
+    assert main(["replay", str(capture)]) == EXIT_UNAVAILABLE  # a dependency, not the work, failed
     err = capsys.readouterr().err
     assert "127.0.0.1:1" in err and "FAULTLINE_KAFKA" in err
 

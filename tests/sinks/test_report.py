@@ -20,9 +20,10 @@ from rich.console import Console
 
 from correlators.findings import FAILURE_CATEGORIES, HARDWARE_CATEGORIES
 from faultline.cli import main
+from faultline.report_view import render_report
 from sinks.archive import Archive
 from sinks.archive.migrations import _HARDWARE, _STOPS_JOB
-from sinks.report import SECTIONS, Report, build_report, parse_since, render_report, section_sql
+from sinks.report import SECTIONS, Report, build_report, parse_since, section_sql
 from streams.decisions import CATEGORIES, Command, Culprit, Incident, Target
 from streams.events import CheckpointSaved, Event, GpuInfo, Inventory, JobStarted, RankAllocation
 

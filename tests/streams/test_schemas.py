@@ -111,3 +111,21 @@ def test_topic_names() -> None:
                                       ("c1:00", "c1:00"), ("0000:3A:00.0", "3a:00"), ("", None), ("junk", None)])
 def test_short_pci(raw: str, want: str | None) -> None:
     assert short_pci(raw) == want
+
+
+def test_exported_schemas_name_their_dialect_and_have_a_uri_id(tmp_path: Path) -> None:
+    from urllib.parse import urlparse
+
+    from jsonschema import Draft202012Validator
+
+    from streams.events import AgentHeartbeat, Event
+
+    for path in export_schemas(tmp_path):
+        schema = json.loads(path.read_text())
+        assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+        uri = urlparse(schema["$id"])
+        assert uri.scheme == "urn" and schema["$id"].startswith(f"urn:faultline:schema:{path.name.split('.')[0]}:v")
+        Draft202012Validator.check_schema(schema)  # a valid schema of the dialect it names
+    events = json.loads((tmp_path / "events.schema.json").read_text())
+    record = json.loads(Event(id="e1", ts=T, source="node_agent", node="n1", body=AgentHeartbeat()).model_dump_json())
+    Draft202012Validator(events).validate(record)  # and it accepts what the producers write

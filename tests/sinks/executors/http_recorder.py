@@ -10,7 +10,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -39,6 +39,7 @@ class Reply:
     status: int = 200
     body: Any = None
     delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
 
     def encoded(self) -> bytes:
         if self.body is None:
@@ -69,6 +70,8 @@ class RecordingServer:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(body)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(body)
                 except (BrokenPipeError, ConnectionResetError):

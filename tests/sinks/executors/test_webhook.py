@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import socket
+from datetime import UTC, datetime
 
 import pytest
 
 from sinks.executors.core import ExecutionError
-from sinks.executors.webhook import WebhookBackend
+from sinks.executors.webhook import WebhookBackend, retry_after_s
 
 from .commands import command
 from .http_recorder import RecordingServer, Reply, Request
@@ -22,8 +23,11 @@ def scripted(*replies: Reply) -> RecordingServer:
 
 
 def backend(url: str, delays: list[float] | None = None, **options: float) -> WebhookBackend:
-    """The backend posting to ``url``'s hook path (a token in the query); back-offs go to ``delays``."""
+    """The backend posting to ``url``'s hook path (a token in the query); back-offs go to ``delays``.
+
+    Without jitter unless asked, so that the back-off schedule itself can be checked exactly."""
     sleeps = delays if delays is not None else []
+    options.setdefault("jitter_s", 0.0)
     return WebhookBackend(url + "/hooks/tickets?token=s3cret", sleep=sleeps.append, **options)  # type: ignore[arg-type]
 
 
@@ -96,3 +100,40 @@ def test_supports_tickets_and_notifications_only() -> None:
 def test_rejects_a_url_that_is_not_http() -> None:
     with pytest.raises(ValueError):
         WebhookBackend("file:///etc/passwd")
+
+
+def test_retry_after_in_seconds_is_honoured_instead_of_the_back_off() -> None:
+    delays: list[float] = []
+    with scripted(Reply(503, headers={"Retry-After": "7"}), Reply(429, headers={"Retry-After": "3"}),
+                  Reply(200)) as server:
+        assert backend(server.url, delays, backoff_s=0.5).execute(TICKET).endswith("(attempt 3)")
+    assert delays == [7.0, 3.0]
+
+
+def test_retry_after_as_an_http_date() -> None:
+    now = datetime(2026, 10, 21, 7, 27, 50, tzinfo=UTC)
+    assert retry_after_s("Wed, 21 Oct 2026 07:28:00 GMT", now=now) == 10.0
+    assert retry_after_s("Wed, 21 Oct 2026 07:00:00 GMT", now=now) == 0.0  # already past: now
+    assert retry_after_s("soon") is None and retry_after_s(None) is None and retry_after_s("120") == 120.0
+
+
+def test_a_retry_after_longer_than_we_wait_fails_at_once_and_says_so() -> None:
+    delays: list[float] = []
+    with scripted(Reply(503, headers={"Retry-After": "3600"})) as server:
+        with pytest.raises(ExecutionError, match="asked to retry after 3600 s"):
+            backend(server.url, delays, max_retry_after_s=60).execute(TICKET)
+    assert len(server.requests) == 1 and delays == []
+
+
+def test_back_off_has_jitter_within_its_bound() -> None:
+    import random
+
+    delays: list[float] = []
+    with scripted(Reply(500)) as server:
+        hook = WebhookBackend(server.url + "/h", sleep=delays.append, attempts=5, backoff_s=0.5, max_backoff_s=2.0,
+                              jitter_s=0.3, rng=random.Random(7))
+        with pytest.raises(ExecutionError, match="failed 5 attempts"):
+            hook.execute(TICKET)
+    base = [0.5, 1.0, 2.0, 2.0]
+    assert len(delays) == 4 and all(b <= d <= b + 0.3 for b, d in zip(base, delays, strict=True))
+    assert len({round(d - b, 6) for b, d in zip(base, delays, strict=True)}) > 1  # not one fixed offset

@@ -1,0 +1,92 @@
+"""Checks that run before any work starts, so that nothing is published that cannot be finished.
+
+``faultline replay`` and ``faultline demo`` publish a capture to Kafka, start a correlator and
+archive what it decided. Anything that can fail for want of a file or a service fails here, in
+this order (cheapest first), with one line that names the setting and what to do:
+
+1. the correlator policy (``--policy`` / ``FAULTLINE_POLICY``) exists and is a valid policy:
+   :class:`~faultline.errors.UsageError` (exit 2);
+2. the archive (``FAULTLINE_ARCHIVE``) opens: :class:`~faultline.errors.Unavailable` (exit 69);
+3. the broker (``FAULTLINE_KAFKA``, or the local one) answers: ``BrokerUnreachable`` (exit 69).
+
+The views (``status``, ``incident``, ``timeline``, ``report``) open the archive through
+:func:`open_archive` for the same message.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from common.settings import Settings
+from faultline.errors import Unavailable, UsageError
+from sinks.archive.store import Archive
+
+__all__ = ["check_policy", "open_archive", "preflight", "where"]
+
+log = logging.getLogger("faultline.preflight")
+
+
+def where(url: str) -> str:
+    """The archive URL as it may be printed: credentials masked."""
+    return re.sub(r"//[^/@]*@", "//***@", url)
+
+
+def check_policy(policy: Path | None) -> None:
+    """The policy file loads and validates (the built-in one when ``policy`` is None)."""
+    import yaml
+    from pydantic import ValidationError
+
+    from correlators.policy import load_policy
+
+    if policy is None:
+        return
+    if not Path(policy).is_file():
+        raise UsageError(f"policy file {policy} does not exist (--policy or FAULTLINE_POLICY); copy "
+                         "correlators/policy.yaml, edit it, and point at the copy")
+    try:
+        load_policy(policy)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        at = ".".join(str(part) for part in first["loc"])
+        raise UsageError(f"policy file {policy}: {at}: {first['msg']} ({exc.error_count()} problem(s); "
+                         "correlators/policy.yaml documents every key)") from None
+    except yaml.YAMLError as exc:
+        line = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"policy file {policy} is not valid YAML: {line}") from None
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"policy file {policy}: {exc}") from None
+
+
+def open_archive(settings: Settings) -> Archive:
+    """The archive, or :class:`Unavailable` naming ``FAULTLINE_ARCHIVE`` and what to try."""
+    url = settings.archive_url
+    try:
+        return Archive.open(url)
+    except ValueError as exc:  # a URL of the wrong form
+        raise UsageError(f"FAULTLINE_ARCHIVE: {exc}") from None
+    except Exception as exc:
+        text = str(exc).strip()
+        errno = re.search(r"\[Errno -?\d+\] ([^\]\)\"']+)", text)  # "Connection refused", not urllib3's wrapping
+        reason = errno.group(1).strip() if errno else (text.splitlines() or [type(exc).__name__])[0][:300]
+        if url.startswith("chdb://"):
+            hint = ("check that the directory is writable; if another process holds it (`Cannot lock file`), "
+                    "run this where that process runs, or point FAULTLINE_ARCHIVE at a ClickHouse server")
+        else:
+            hint = ("check that ClickHouse runs there and the user may read it, or unset FAULTLINE_ARCHIVE to "
+                    "use the embedded archive under FAULTLINE_DATA_DIR")
+        raise Unavailable(f"the archive at {where(url)} (FAULTLINE_ARCHIVE) could not be opened: {reason}. "
+                          f"{hint[0].upper()}{hint[1:]}.") from exc
+
+
+def preflight(settings: Settings) -> str:
+    """Policy, archive, broker, in that order; the broker's bootstrap address once all passed."""
+    from faultline.pipeline import ensure_broker
+
+    check_policy(settings.policy)
+    with open_archive(settings):
+        pass
+    bootstrap = ensure_broker(settings)
+    log.info("pre-flight checks passed: policy, archive %s, broker %s", where(settings.archive_url), bootstrap)
+    return bootstrap

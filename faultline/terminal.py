@@ -1,0 +1,158 @@
+"""How every ``faultline`` command prints: tables for a person, plain lines for a pipe, JSON for a script.
+
+* **At a terminal** (:meth:`rich.console.Console.is_terminal`) a table is a rich table as wide as the
+  terminal; ids and times never wrap or shorten (a person copies them), long text folds.
+* **Into a pipe or a file** a table is plain text: a title line, a header line in capitals, one line
+  per row, columns aligned with two spaces, nothing cut, wrapped or coloured, an empty cell as ``-``:
+  ``faultline status | grep n03`` and ``awk '{print $NF}'`` work, and so does ``less``.
+* **JSON** (``--json``) is one object per line, times in RFC 3339 (``2026-04-22T03:23:20.100Z``,
+  always UTC), NaN and infinities as ``null``: :func:`to_json`.
+
+Times for people are UTC, marked ``Z``, to the second (``2026-04-22 03:23:20Z``), or to the
+millisecond where the order of entries matters (timelines); :func:`human_time`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any, Literal, TextIO
+from uuid import UUID
+
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["Column", "human_time", "make_console", "plural", "print_table", "rfc3339", "to_json", "to_plain"]
+
+Kind = Literal["text", "id", "time", "time_ms", "number", "percent", "list"]
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """``1 incident``, ``3 incidents``, ``0 incidents`` (``many`` for irregular nouns)."""
+    return f"{n} {noun if n == 1 else (many or noun + 's')}"
+
+
+def _utc(v: datetime) -> datetime:
+    return v.astimezone(UTC) if v.tzinfo is not None else v.replace(tzinfo=UTC)
+
+
+def rfc3339(v: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z``: seconds, or milliseconds where the time has a fraction."""
+    u = _utc(v)
+    spec = "milliseconds" if u.microsecond else "seconds"
+    return u.isoformat(timespec=spec).replace("+00:00", "Z")
+
+
+def human_time(v: Any, ms: bool = False) -> str:
+    """A time for a person: ``2026-04-22 03:23:20Z`` (UTC), ``…:20.100Z`` when ``ms``; other values as text."""
+    if isinstance(v, str):
+        try:
+            v = datetime.fromisoformat(v.replace("Z", "+00:00"))
+        except ValueError:
+            return v
+    if not isinstance(v, datetime):
+        return "" if v is None else str(v)
+    u = _utc(v)
+    return u.strftime("%Y-%m-%d %H:%M:%S") + (f".{u.microsecond // 1000:03d}" if ms else "") + "Z"
+
+
+def to_plain(value: Any) -> Any:
+    """``value`` as plain JSON data: RFC 3339 times, NaN/inf as None, tuples as lists, UUIDs as text."""
+    if isinstance(value, datetime):
+        return rfc3339(value)
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_plain(v) for v in value]
+    if isinstance(value, type):  # e.g. the model class a topic carries
+        return value.__name__
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def to_json(value: Any) -> str:
+    """One line of strict JSON (no NaN), times in RFC 3339."""
+    return json.dumps(to_plain(value), allow_nan=False, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table: the row's key, its header, and how its cells read."""
+
+    key: str
+    header: str = ""
+    kind: Kind = "text"
+
+    @property
+    def title(self) -> str:
+        return self.header or self.key.replace("_", " ")
+
+
+def cell(value: Any, kind: Kind = "text") -> str:
+    """One value as a person reads it in a table (``-`` for nothing)."""
+    if value is None or value == "" or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if kind in ("time", "time_ms") or isinstance(value, datetime):
+        return human_time(value, ms=kind == "time_ms")
+    if kind == "percent" and isinstance(value, int | float) and not isinstance(value, bool):
+        pct = value * 100
+        return f"{pct:.0f} %" if pct == round(pct) else f"{pct:.1f} %"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".")
+    if isinstance(value, list | tuple | set | frozenset):
+        return ", ".join(str(v) for v in value) or "-"
+    return " ".join(str(value).split())  # one line: a newline in a reason must not break the table
+
+
+def make_console(stderr: bool = False, file: TextIO | None = None) -> Console:
+    """A console on standard output (or error): rich at a terminal; plain, unwrapped, uncoloured elsewhere."""
+    stream = file or (sys.stderr if stderr else sys.stdout)
+    probe = Console(file=stream)
+    if probe.is_terminal:
+        return probe
+    return Console(file=stream, width=100_000, no_color=True, highlight=False, emoji=False, soft_wrap=True)
+
+
+def print_table(console: Console, title: str, rows: Sequence[Mapping[str, Any]], columns: Iterable[Column],
+                caption: str = "") -> None:
+    """``rows`` under ``title``: a rich table at a terminal, aligned plain text elsewhere."""
+    cols = list(columns)
+    cells = [[cell(r.get(c.key), c.kind) for c in cols] for r in rows]
+    if console.is_terminal:
+        table = Table(title=title, caption=caption or None, title_justify="left", caption_justify="left")
+        for c in cols:
+            numeric = c.kind in ("number", "percent")
+            fixed = c.kind in ("id", "time", "time_ms")
+            table.add_column(c.title, justify="right" if numeric else "left", no_wrap=fixed,
+                             overflow="fold", min_width=None)
+        for line in cells:
+            table.add_row(*line)
+        console.print(table)
+        return
+    console.print(title, markup=False, highlight=False)
+    if caption:
+        console.print(f"# {caption}", markup=False, highlight=False)
+    if not cols:
+        return
+    widths = [max([len(c.title)] + [len(line[i]) for line in cells]) for i, c in enumerate(cols)]
+    header = [c.title.upper().replace(" ", "_") for c in cols]
+    for line in [header, *cells]:
+        text = "  ".join(v.ljust(w) if i < len(cols) - 1 else v for i, (v, w) in enumerate(zip(line, widths,
+                                                                                                  strict=True)))
+        console.print(text.rstrip(), markup=False, highlight=False)
