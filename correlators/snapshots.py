@@ -37,13 +37,13 @@ version, the policy fingerprint and the partition. Anything wrong raises
 the full rebuild, which is always correct, only slower.
 
 ``STATE_VERSION``: bump it by hand whenever the shape of the engine's state
-changes -- an attribute of :class:`~correlators.state.CorrelatorState` or of an
+changes -- a field of :class:`~correlators.state.EngineState` or of an
 object it holds (incidents, timers, topology, health, ledger...) is added,
 removed, renamed or changes meaning, or a class it holds moves module. A
 snapshot of another version is refused (never half-loaded), so forgetting to
 bump is the one way to restore a wrong state: the test
-``tests/correlators/test_snapshots.py`` pins the attribute names of a fresh
-engine to catch the common case.
+``tests/correlators/test_snapshots.py`` pins the field names of the engine's
+state to catch the common case.
 
 The policy fingerprint is the SHA-256 of the merged policy (defaults and the
 user's file) as canonical JSON: a snapshot judged under another policy would
@@ -71,7 +71,7 @@ __all__ = ["FORMAT_VERSION", "STATE_VERSION", "MAX_SNAPSHOT_BYTES", "Snapshot", 
 #: The byte layout of a sealed snapshot (the module docstring).
 FORMAT_VERSION = 1
 #: The shape of the engine's state; bump by hand when it changes (see the module docstring).
-STATE_VERSION = 1
+STATE_VERSION = 2
 #: The snapshot topic's ``max.message.bytes``; a bigger snapshot is not written (the worker says so).
 MAX_SNAPSHOT_BYTES = 32 * 1024 * 1024
 

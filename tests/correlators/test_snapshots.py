@@ -7,6 +7,7 @@ tests/faultline/test_snapshot_takeover.py.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -31,7 +32,7 @@ from correlators.snapshots import (
     restore,
     seal,
 )
-from correlators.state import Decision
+from correlators.state import Decision, EngineState
 from faultline.outcome import collate, decide_offline
 from producers.capture.screen import Accepted, CaptureScreen
 from streams.cells import cell_key
@@ -260,16 +261,17 @@ def test_schedule_by_events_or_seconds_whichever_first() -> None:
     assert not any(never.due(0, float(t)) for t in range(100))
 
 
-# The attribute names of the engine's state when STATE_VERSION was last bumped. When this fails,
+# The field names of the engine's state when STATE_VERSION was last bumped. When this fails,
 # the state changed shape: bump correlators.snapshots.STATE_VERSION, then update this list.
-STATE_ATTRIBUTES_V1 = [
-    "_out", "_seen", "awaiting_remap", "bmc", "clock", "conditions", "failure", "health", "heartbeat",
-    "host_oom", "incidents", "job_history", "judge_from", "ledger", "lost", "p", "pending_fence", "plan",
-    "progress", "psu_sel", "restart_log", "restarts", "silent", "timers", "topo", "unknown_restarts",
+STATE_FIELDS_V2 = [
+    "awaiting_remap", "bmc", "by_id", "clock", "failure", "hardware_work", "health", "heartbeat", "host_oom",
+    "incidents", "job_conditions", "job_history", "judge_from", "ledger", "lost", "next_ref", "node_conditions",
+    "pending_fence", "progress", "psu_sel", "restart_log", "restarts", "seen", "silent", "timers", "topology",
+    "unknown_restarts",
 ]
 
 
 def test_state_version_is_bumped_when_the_state_changes_shape() -> None:
-    assert snapshots.STATE_VERSION == 1, "update STATE_ATTRIBUTES_V1 to the new version's attributes"
-    assert sorted(vars(Correlator(POLICY))) == STATE_ATTRIBUTES_V1, \
+    assert snapshots.STATE_VERSION == 2, "update STATE_FIELDS_V2 to the new version's fields"
+    assert sorted(f.name for f in dataclasses.fields(EngineState)) == STATE_FIELDS_V2, \
         "the engine's state changed shape: bump correlators.snapshots.STATE_VERSION and update this list"
