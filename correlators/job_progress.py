@@ -28,7 +28,8 @@ class Checkpoint:
 class JobProgress:
     last_step: int | None = None
     last_step_ts: Instant | None = None
-    step_gaps: Annotated[deque[float], Bounded(STEP_GAPS)] = field(default_factory=lambda: deque(maxlen=STEP_GAPS))
+    step_gaps: Annotated[deque[float], Bounded(STEP_GAPS)] = field(
+        default_factory=lambda: deque(maxlen=STEP_GAPS))
     throughput: Annotated[deque[float], Bounded(THROUGHPUT_READINGS)] = field(
         default_factory=lambda: deque(maxlen=THROUGHPUT_READINGS))
     losses: Annotated[deque[tuple[Instant, float]], Bounded()] = field(default_factory=deque)  # loss_plateau_s

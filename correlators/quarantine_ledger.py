@@ -55,6 +55,6 @@ class QuarantineLedger:
         return node in self.nodes or (index is not None and index in self.gpus.get(node, {}))
 
     def quarantined(self, node: str | None = None) -> list[tuple[str, int]]:
-        """(node, GPU index) of every quarantined GPU (of ``node`` only, when given), in fencing order per node."""
+        """(node, GPU index) of every quarantined GPU (of ``node`` only, when given), by node."""
         nodes = [node] if node is not None else list(self.gpus)
         return [(n, i) for n in nodes for i in self.gpus.get(n, {})]

@@ -82,9 +82,9 @@ from correlators.partitions import PartitionState
 from correlators.policy import Policy
 from correlators.state import EngineState
 
-__all__ = ["FORMAT_VERSION", "MAX_SNAPSHOT_BYTES", "MAX_STATE_BYTES", "STATE_REVISION", "STATE_VERSION", "STATES",
-           "Snapshot", "SnapshotRefused", "SnapshotSchedule", "capture_engines", "check_retained", "open_snapshot",
-           "policy_fingerprint", "restore", "seal", "state_version"]
+__all__ = ["FORMAT_VERSION", "MAX_SNAPSHOT_BYTES", "MAX_STATE_BYTES", "STATE_REVISION", "STATE_VERSION",
+           "STATES", "Snapshot", "SnapshotRefused", "SnapshotSchedule", "capture_engines", "check_retained",
+           "open_snapshot", "policy_fingerprint", "restore", "seal", "state_version"]
 
 #: The byte layout of a sealed snapshot (the module docstring); 2: the body is JSON (1 was a pickle).
 FORMAT_VERSION = 2

@@ -146,7 +146,7 @@ class EngineState:
     progress: dict[str, JobProgress] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)  # restarts issued, by job
     unknown_restarts: dict[str, int] = field(default_factory=dict)  # of those, for an unknown cause
-    restart_log: Annotated[deque[Instant], Bounded()] = field(default_factory=deque)  # cluster-wide, per_s window
+    restart_log: Annotated[deque[Instant], Bounded()] = field(default_factory=deque)  # cluster-wide, per_s
     # --- incidents: each held once, under its ref; everything else names it by ref
     incidents: dict[int, OpenIncident] = field(default_factory=dict)  # ref -> incident
     by_id: dict[str, int] = field(default_factory=dict)  # public id -> ref of the newest incident with it
@@ -223,7 +223,8 @@ class EngineState:
         """What in this state is not one the engine could have made: references to incidents it does not
         hold, refs that disagree. Empty for every state the engine made; a snapshot is refused otherwise."""
         bad = [f"incident {ref} holds ref {inc.ref}" for ref, inc in self.incidents.items() if inc.ref != ref]
-        bad += [f"incident ref {ref} is past next_ref {self.next_ref}" for ref in self.incidents if ref > self.next_ref]
+        bad += [f"incident ref {ref} is past next_ref {self.next_ref}"
+                for ref in self.incidents if ref > self.next_ref]
         refs = [("id", i, r) for i, r in self.by_id.items()]
         refs += [("failure", j, r) for j, r in self.failure.items()]
         refs += [("condition", j, r) for by in (self.job_conditions, self.node_conditions)

@@ -58,7 +58,7 @@ class Job:
 
     @cached_property
     def rank_of(self) -> dict[tuple[str, int], int]:
-        """(node, GPU index) -> global rank, from the allocation (a GPU list shorter than the ranks: by position)."""
+        """(node, GPU index) -> global rank, from the allocation (GPUs missing from it: by position)."""
         return {place: rank for rank, place in self._places()}
 
     @cached_property

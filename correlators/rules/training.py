@@ -43,7 +43,8 @@ class TrainingRules:
         }
 
     def timer_handlers(self) -> Mapping[TimerName, OnTimer]:
-        return {"hang": OnTimer(self._timer_hang, at_end=False), "stale": OnTimer(self._timer_stale, at_end=False)}
+        return {"hang": OnTimer(self._timer_hang, at_end=False),
+                "stale": OnTimer(self._timer_stale, at_end=False)}
 
     # --- collectives and crashes ------------------------------------------------------
     def _on_nccl_timeout(self, e: ev.Event, b: ev.NcclTimeout) -> None:
@@ -182,4 +183,5 @@ class TrainingRules:
             return  # an open incident already explains the missing checkpoints
         ck = self.state.job_progress(job.name).newest_checkpoint
         since = ck.ts.isoformat() if ck else "the job started"
-        self.life.condition(job.name, None, "checkpoint_stale", [], due, f"no good checkpoint since {since}", None)
+        self.life.condition(job.name, None, "checkpoint_stale", [], due, f"no good checkpoint since {since}",
+                            None)
