@@ -20,9 +20,9 @@ rebuilt, never judged on stale state.
 
 Snapshots bound that rebuild. Every ``FAULTLINE_SNAPSHOT_EVERY_EVENTS`` judged
 records (or ``FAULTLINE_SNAPSHOT_EVERY_S`` seconds) of a partition, at a record
-boundary where every decision so far is published, the worker pickles the
-partition's engines on the event loop, then seals and writes them off it to the
-compacted ``<app id>-snapshots`` topic (:mod:`correlators.snapshots`,
+boundary where every decision so far is published, the worker serialises the
+partition's engine states on the event loop, then seals and writes them off it
+to the compacted ``<app id>-snapshots`` topic (:mod:`correlators.snapshots`,
 :mod:`correlators.snapshot_topic`). A worker that takes a partition over
 installs its newest valid snapshot and rebuilds only the records after it; a
 snapshot refused (key, version, policy, or older than the retained log) is
@@ -75,9 +75,9 @@ from correlators.snapshots import (
     Snapshot,
     SnapshotRefused,
     SnapshotSchedule,
+    capture_engines,
     check_retained,
     open_snapshot,
-    pickle_engines,
     policy_fingerprint,
     restore,
     seal,
@@ -272,11 +272,11 @@ def make_app(settings: Settings) -> faust.App:
                         "start", part, snap_topic, exc)
         return None
 
-    def write_snapshot(part: int, position: int, cells: list[str], pickled: bytes, pickle_s: float) -> None:
+    def write_snapshot(part: int, position: int, cells: list[str], body: bytes, capture_s: float) -> None:
         """Seal and write one snapshot (off the event loop); a failure is logged, the next one is tried later."""
         t0 = time.monotonic()
         try:
-            blob = seal(part, position, cells, pickled, fingerprint, snap_key)
+            blob = seal(part, position, cells, body, fingerprint, snap_key)
             if len(blob) > MAX_SNAPSHOT_BYTES:
                 log.warning("snapshot of partition %d at offset %d is %d bytes, over the %d the topic takes: not "
                             "written (a takeover replays more); split the cell or raise MAX_SNAPSHOT_BYTES",
@@ -284,23 +284,23 @@ def make_app(settings: Settings) -> faust.App:
                 return
             assert snap_writer is not None
             snap_writer.send(part, blob)
-            log.info("snapshot of partition %d at offset %d (%d cells): %d bytes (%d pickled); %.3fs pickling on "
-                     "the loop, %.3fs sealing and writing", part, position, len(cells), len(blob), len(pickled),
-                     pickle_s, time.monotonic() - t0)
+            log.info("snapshot of partition %d at offset %d (%d cells): %d bytes (%d as JSON); %.3fs capturing on "
+                     "the loop, %.3fs sealing and writing", part, position, len(cells), len(blob), len(body),
+                     capture_s, time.monotonic() - t0)
         except Exception as exc:
             log.warning("snapshot of partition %d at offset %d not written (%s); the next one is tried after "
                         "%d more events", part, position, exc, settings.snapshot_every_events)
 
     def take_snapshot(state: PartitionState) -> None:
-        """At a record boundary, every decision so far published: pickle here, seal and write elsewhere."""
+        """At a record boundary, every decision so far published: capture here, seal and write elsewhere."""
         part = state.partition
         if part in snapping:
             return  # the previous one is still being written; the schedule asks again on the next record
         t0 = time.monotonic()
-        position, cells, pickled = pickle_engines(state)
+        position, cells, body = capture_engines(state)
         schedule.taken(part, time.monotonic())
         snapping.add(part)
-        fut = asyncio.get_running_loop().run_in_executor(snap_pool, write_snapshot, part, position, cells, pickled,
+        fut = asyncio.get_running_loop().run_in_executor(snap_pool, write_snapshot, part, position, cells, body,
                                                          time.monotonic() - t0)
         fut.add_done_callback(lambda _f: snapping.discard(part))
 

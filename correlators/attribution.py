@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
 
+from correlators.state_fields import Instant
 from correlators.topology import Job
 
 __all__ = ["CollectiveReports", "exit_category", "silence_category", "BmcView"]
@@ -69,7 +69,7 @@ class BmcView:
     power_on: bool | None = None
     reachable: bool = True
     hardware_sel: list[tuple[str, str]] = field(default_factory=list)  # (component, line)
-    heard: datetime | None = None  # event time of its newest report (power, SEL or a failed poll)
+    heard: Instant | None = None  # event time of its newest report (power, SEL or a failed poll)
 
 
 def silence_category(bmc: BmcView, rack_peers_lost: int) -> str:

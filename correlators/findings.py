@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+
+from correlators.state_fields import Instant
 
 __all__ = ["Finding", "PRIORITY", "FAILURE_CATEGORIES", "HARDWARE_CATEGORIES", "NODE_CATEGORIES"]
 
@@ -31,7 +32,7 @@ NODE_CATEGORIES = frozenset({"rack_outage", "power_supply_fault", "node_hardware
 @dataclass
 class Finding:
     category: str
-    ts: datetime
+    ts: Instant
     node: str | None
     gpus: list[int] = field(default_factory=list)
     reason: str = ""

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Annotated
 
 from correlators.policy import Thresholds
+from correlators.state_fields import Bounded, Instant
 from streams.events import GpuMetrics
 
 __all__ = ["GpuHealth"]
@@ -16,11 +18,11 @@ __all__ = ["GpuHealth"]
 class GpuHealth:
     """What one GPU's recent readings say. ``observe`` returns the categories newly indicated."""
 
-    sbe_signals: deque[datetime] = field(default_factory=deque)
-    last: dict[str, float] = field(default_factory=dict)
-    hot_since: datetime | None = None
-    pending_remap_at: datetime | None = None  # the newest reading that showed remapped rows pending
-    remap_reading: tuple[datetime, bool] | None = None  # the newest reading of the flag, either way
+    sbe_signals: Annotated[deque[Instant], Bounded()] = field(default_factory=deque)  # within ecc_window_s
+    last: dict[str, float] = field(default_factory=dict)  # counter -> its last reading
+    hot_since: Instant | None = None
+    pending_remap_at: Instant | None = None  # the newest reading that showed remapped rows pending
+    remap_reading: tuple[Instant, bool] | None = None  # the newest reading of the flag, either way
 
     def note_sbe(self, ts: datetime, t: Thresholds) -> bool:
         """Record one single-bit ECC signal; True when the trend is now degradation."""

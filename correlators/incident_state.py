@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from correlators.attribution import CollectiveReports
+from correlators.state_fields import Instant
 from streams.decisions import Culprit, Incident
 
 __all__ = ["OpenIncident", "stable_id"]
@@ -23,13 +23,13 @@ class OpenIncident:
     id: str
     job: str | None
     category: str
-    opened_at: datetime
+    opened_at: Instant
     severity: str
     node: str | None = None
     gpus: set[int] = field(default_factory=set)
     state: str = "open"
     version: int = 0
-    updated_at: datetime | None = None
+    updated_at: Instant | None = None
     summary: str = ""
     evidence: list[str] = field(default_factory=list)
     reports: CollectiveReports = field(default_factory=CollectiveReports)
@@ -38,10 +38,11 @@ class OpenIncident:
     restored_step: int | None = None
     baseline_throughput: float | None = None
     lost_gpu_hours: float | None = None
-    settle_deadline: datetime | None = None
+    settle_deadline: Instant | None = None
     held: bool = False  # a failure whose cause is still being judged: not published, no commands yet
     more: dict[str, set[int]] = field(default_factory=dict)  # further hardware of the same cause: node -> GPUs
     earlier_nodes: set[str] = field(default_factory=set)  # culprit nodes of earlier rounds (before a reopen)
+    ref: int = 0  # its key in the engine's state (EngineState.hold); ids are public, refs are internal
 
     def hardware(self) -> list[tuple[str, set[int]]]:
         """Every (node, GPU indices) this incident blames: the culprit first, then the rest."""

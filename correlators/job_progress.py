@@ -1,4 +1,4 @@
-"""What a job's own reports say: steps, throughput, loss, checkpoints."""
+"""What a job's own reports say: steps, throughput, loss, checkpoints, and that the trainer is alive."""
 
 from __future__ import annotations
 
@@ -7,26 +7,42 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Annotated
+
+from correlators.state_fields import Bounded, Instant
 
 __all__ = ["Checkpoint", "JobProgress"]
+
+STEP_GAPS = 50  # the step cadence is the median of this many gaps
+THROUGHPUT_READINGS = 30  # the baseline throughput is the median of this many readings
 
 
 @dataclass
 class Checkpoint:
     step: int
     path: str | None
-    ts: datetime
+    ts: Instant
 
 
 @dataclass
 class JobProgress:
     last_step: int | None = None
-    last_step_ts: datetime | None = None
-    step_gaps: deque[float] = field(default_factory=lambda: deque(maxlen=50))
-    throughput: deque[float] = field(default_factory=lambda: deque(maxlen=30))
-    losses: deque[tuple[datetime, float]] = field(default_factory=deque)
+    last_step_ts: Instant | None = None
+    step_gaps: Annotated[deque[float], Bounded(STEP_GAPS)] = field(
+        default_factory=lambda: deque(maxlen=STEP_GAPS))
+    throughput: Annotated[deque[float], Bounded(THROUGHPUT_READINGS)] = field(
+        default_factory=lambda: deque(maxlen=THROUGHPUT_READINGS))
+    losses: Annotated[deque[tuple[Instant, float]], Bounded()] = field(default_factory=deque)  # loss_plateau_s
     newest_checkpoint: Checkpoint | None = None
     checkpoint_failures: int = 0
+    # The newest trainer heartbeat: the training process is alive (between steps, a long
+    # checkpoint, a slow first step). No rule reads it yet; it is here for a hang rule that tells
+    # a trainer stuck inside a step (alive, no step) from one that is gone (silent).
+    heartbeat_ts: Instant | None = None
+
+    def on_heartbeat(self, ts: datetime) -> None:
+        if self.heartbeat_ts is None or ts > self.heartbeat_ts:
+            self.heartbeat_ts = ts
 
     def on_step(self, ts: datetime, step: int, loss: float | None, samples_per_s: float | None,
                 loss_window_s: float) -> None:

@@ -97,6 +97,10 @@ class PartitionState:
             eng = self._engines[cell] = self._new_engine()
         return eng
 
+    def new_engine(self) -> Correlator:
+        """A fresh engine as this partition makes them (held nowhere: a template for a restore)."""
+        return self._new_engine()
+
     def judge(self, offset: int, key: bytes | None, event: Event) -> Judged:
         """Fold in the record at ``offset`` (past :attr:`position`); what it led to."""
         self._check_past(offset)

@@ -17,7 +17,7 @@ from correlators.quarantine_ledger import Fence, QuarantineLedger
 from correlators.topology import Job, Topology
 from streams.decisions import Command, Target
 
-__all__ = ["Planner", "IMMEDIATE_ORDER"]
+__all__ = ["Planner", "IMMEDIATE_ORDER", "WorkOwner"]
 
 IMMEDIATE_ORDER = ("quarantine_gpu", "cordon_node", "drain_node", "reset_gpu", "reboot_node",
                    "validate_gpu", "open_ticket", "notify")
@@ -33,11 +33,24 @@ TICKET_KIND = {
 
 
 @dataclass
+class WorkOwner:
+    """The incident that asked first for one piece of work on hardware (:data:`HARDWARE_ONCE`)."""
+
+    type: str
+    category: str
+    gpu: str | None
+    incident: str
+
+
+@dataclass
 class Planner:
+    """Plans over the engine's state: the topology, the fence ledger and who owns which hardware work
+    (node -> owners; part of the state, so a snapshot keeps "one drain, one ticket")."""
+
     policy: Policy
     topo: Topology
     ledger: QuarantineLedger
-    hardware_work: dict[tuple[str, str, str, str | None], str] = field(default_factory=dict)
+    hardware_work: dict[str, list[WorkOwner]] = field(default_factory=dict)
 
     def immediate(self, inc: OpenIncident, now: datetime) -> list[Command]:
         """Every non-restart action of the incident's category not yet issued for it (or, for work on
@@ -52,9 +65,12 @@ class Planner:
     def _first_for_hardware(self, inc: OpenIncident, cmd: Command) -> bool:
         if cmd.type not in HARDWARE_ONCE or cmd.target.node is None:
             return True
-        key = (cmd.type, inc.category, cmd.target.node, cmd.target.gpu)
-        owner = self.hardware_work.setdefault(key, inc.id)
-        return owner == inc.id
+        owners = self.hardware_work.setdefault(cmd.target.node, [])
+        for w in owners:
+            if (w.type, w.category, w.gpu) == (cmd.type, inc.category, cmd.target.gpu):
+                return w.incident == inc.id
+        owners.append(WorkOwner(cmd.type, inc.category, cmd.target.gpu, inc.id))
+        return True
 
     def notify(self, inc: OpenIncident, now: datetime, message: str, severity: str) -> list[Command]:
         cmd = self._notify_cmd(inc, now, message, severity)
@@ -63,7 +79,8 @@ class Planner:
     def restart(self, inc: OpenIncident, job: Job, checkpoint: dict[str, Any] | None, now: datetime,
                 requires_approval: bool, reason: str, extra_exclude_nodes: list[str]) -> Command:
         exclude_nodes = sorted(set(self.ledger.nodes) | set(extra_exclude_nodes))
-        exclude_gpus = sorted(self.topo.gpu_id(n, i) for (n, i) in self.ledger.gpus if n not in exclude_nodes)
+        exclude_gpus = sorted(self.topo.gpu_id(n, i) for (n, i) in self.ledger.quarantined()
+                              if n not in exclude_nodes)
         params = {
             "checkpoint": checkpoint,
             "gpus": self._restart_size(job, set(exclude_nodes)),

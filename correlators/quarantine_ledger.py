@@ -3,28 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+
+from correlators.state_fields import Instant
 
 __all__ = ["Fence", "QuarantineLedger"]
 
 
 @dataclass
 class Fence:
-    since: datetime
+    since: Instant
     incident: str
     reason: str
 
 
 @dataclass
 class QuarantineLedger:
-    gpus: dict[tuple[str, int], Fence] = field(default_factory=dict)
-    nodes: dict[str, Fence] = field(default_factory=dict)
+    gpus: dict[str, dict[int, Fence]] = field(default_factory=dict)  # node -> GPU index -> fence
+    nodes: dict[str, Fence] = field(default_factory=dict)  # cordoned nodes
 
     def quarantine(self, node: str, index: int, fence: Fence) -> bool:
         """True when the GPU was not quarantined before."""
-        if (node, index) in self.gpus or node in self.nodes:
+        on_node = self.gpus.get(node)
+        if (on_node is not None and index in on_node) or node in self.nodes:
             return False
-        self.gpus[(node, index)] = fence
+        self.gpus.setdefault(node, {})[index] = fence
         return True
 
     def cordon(self, node: str, fence: Fence) -> bool:
@@ -36,14 +38,23 @@ class QuarantineLedger:
     def release(self, node: str, index: int | None = None) -> None:
         if index is None:
             self.nodes.pop(node, None)
-        else:
-            self.gpus.pop((node, index), None)
+            return
+        on_node = self.gpus.get(node)
+        if on_node is not None:
+            on_node.pop(index, None)
+            if not on_node:
+                del self.gpus[node]
 
     def fenced_by(self, node: str, index: int | None = None) -> str | None:
         """The incident that fenced this GPU (or, without ``index``, this node), if any."""
-        fence = self.gpus.get((node, index)) if index is not None else None
+        fence = self.gpus.get(node, {}).get(index) if index is not None else None
         fence = fence or self.nodes.get(node)
         return fence.incident if fence else None
 
     def is_fenced(self, node: str, index: int | None = None) -> bool:
-        return node in self.nodes or (index is not None and (node, index) in self.gpus)
+        return node in self.nodes or (index is not None and index in self.gpus.get(node, {}))
+
+    def quarantined(self, node: str | None = None) -> list[tuple[str, int]]:
+        """(node, GPU index) of every quarantined GPU (of ``node`` only, when given), by node."""
+        nodes = [node] if node is not None else list(self.gpus)
+        return [(n, i) for n in nodes for i in self.gpus.get(n, {})]

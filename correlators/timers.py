@@ -1,20 +1,50 @@
-"""Event-time timers: a clock that only moves with the observations."""
+"""Event-time timers: a clock that only moves with the observations.
+
+Armed timers are part of the engine's state, so a snapshot carries them: as a
+list of plain records (:class:`ArmedTimers`: name, key, due time, arming
+sequence), never as the heap. The heap is an index rebuilt on load from the
+live timers alone; pop order is (due, seq), a total order, so a restored queue
+fires exactly as the original would have.
+
+Every name a rule may arm is declared once in :data:`TimerName` (mypy rejects
+any other; a snapshot holding another is refused), and the engine checks that
+each has a handler (``tests/correlators/test_engine_tables.py``).
+"""
 
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any, Literal
 
-__all__ = ["Timer", "TimerQueue"]
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
+
+from correlators.state_fields import Instant
+
+__all__ = ["ArmedTimers", "Timer", "TimerKey", "TimerName", "TimerQueue"]
+
+#: Every timer the rules arm (see each rule set's ``timer_handlers()`` for what it decides).
+TimerName = Literal["fence", "confirm", "psu_check", "silence", "judge", "settle", "verify", "hang", "stale"]
+#: What a timer is about: (node,), (node, GPU index), (incident id,) or (job,).
+TimerKey = tuple[str | int | None, ...]
 
 
 @dataclass(order=True)
 class Timer:
-    due: datetime
+    due: Instant
     seq: int
-    name: str = field(compare=False)
-    key: tuple[str | int | None, ...] = field(compare=False)
+    name: TimerName = field(compare=False)
+    key: TimerKey = field(compare=False)
+
+
+@dataclass
+class ArmedTimers:
+    """A queue as data: the live timers in firing order and the last arming sequence number."""
+
+    seq: int = 0
+    armed: list[Timer] = field(default_factory=list)
 
 
 class TimerQueue:
@@ -22,25 +52,25 @@ class TimerQueue:
 
     def __init__(self) -> None:
         self._heap: list[Timer] = []
-        self._live: dict[tuple[str, tuple[str | int | None, ...]], Timer] = {}
+        self._live: dict[tuple[str, TimerKey], Timer] = {}
         self._seq = 0
 
-    def arm(self, name: str, key: tuple[str | int | None, ...], due: datetime) -> None:
+    def arm(self, name: TimerName, key: TimerKey, due: datetime) -> None:
         self._seq += 1
         t = Timer(due, self._seq, name, key)
         self._live[(name, key)] = t
         heapq.heappush(self._heap, t)
 
-    def arm_after(self, name: str, key: tuple[str | int | None, ...], now: datetime, seconds: float) -> None:
+    def arm_after(self, name: TimerName, key: TimerKey, now: datetime, seconds: float) -> None:
         self.arm(name, key, now + timedelta(seconds=seconds))
 
-    def cancel(self, name: str, key: tuple[str | int | None, ...]) -> None:
+    def cancel(self, name: TimerName, key: TimerKey) -> None:
         self._live.pop((name, key), None)
 
-    def armed(self, name: str, key: tuple[str | int | None, ...]) -> bool:
+    def armed(self, name: TimerName, key: TimerKey) -> bool:
         return (name, key) in self._live
 
-    def due(self, name: str, key: tuple[str | int | None, ...]) -> datetime | None:
+    def due(self, name: TimerName, key: TimerKey) -> datetime | None:
         t = self._live.get((name, key))
         return t.due if t else None
 
@@ -52,3 +82,35 @@ class TimerQueue:
                 del self._live[(t.name, t.key)]
                 return t
         return None
+
+    # --- as data -------------------------------------------------------------------
+    def __eq__(self, other: object) -> bool:
+        """Equal when the same timers are armed, due alike and in the same order (the heap's leftovers aside)."""
+        return isinstance(other, TimerQueue) and self.to_data() == other.to_data()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def to_data(self) -> ArmedTimers:
+        """The live timers, in the order they fire, and the sequence counter."""
+        return ArmedTimers(self._seq, sorted(self._live.values()))
+
+    @classmethod
+    def from_data(cls, data: ArmedTimers) -> TimerQueue:
+        """The queue ``data`` describes; raises ValueError when it is not one a queue could hold."""
+        q = cls()
+        for t in data.armed:
+            if (t.name, t.key) in q._live:
+                raise ValueError(f"timer {t.name} {list(t.key)} armed twice")
+            if not 0 < t.seq <= data.seq:
+                raise ValueError(f"timer {t.name} {list(t.key)} has sequence {t.seq}, outside 1..{data.seq}")
+            q._live[(t.name, t.key)] = t
+        q._heap = sorted(q._live.values())  # a sorted list is a heap
+        q._seq = data.seq
+        return q
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        data = handler.generate_schema(ArmedTimers)
+        return core_schema.no_info_after_validator_function(
+            cls.from_data, data,
+            serialization=core_schema.plain_serializer_function_ser_schema(cls.to_data, return_schema=data))

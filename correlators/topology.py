@@ -2,16 +2,22 @@
 
 Signals arrive keyed by where they were seen (node, GPU); incidents are keyed by
 job. This is the join between the two, built from inventory and scheduler events.
+
+Part of the engine's state (:mod:`correlators.state`), so plain data: a job
+keeps its scheduler line (``spec``); the rank <-> (node, GPU) maps are derived
+from it on first use, never stored.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from functools import cached_property
+from typing import Literal
 
+from correlators.state_fields import Instant
 from streams.events import GpuRef, Inventory, JobStarted
 
-__all__ = ["Gpu", "Node", "Job", "Topology"]
+__all__ = ["Gpu", "Node", "Job", "JobEnd", "Topology"]
 
 
 @dataclass
@@ -37,15 +43,32 @@ class Node:
 
 
 @dataclass
+class JobEnd:
+    at: Instant
+    status: Literal["finished", "failed", "cancelled"]
+
+
+@dataclass
 class Job:
     name: str
     spec: JobStarted
     starts: int = 1
     running: bool = True
-    ended: tuple[datetime, str] | None = None  # (when, finished/failed/cancelled)
-    # (node, gpu index) -> global rank, and back
-    rank_of: dict[tuple[str, int], int] = field(default_factory=dict)
-    place_of: dict[int, tuple[str, int]] = field(default_factory=dict)
+    ended: JobEnd | None = None
+
+    @cached_property
+    def rank_of(self) -> dict[tuple[str, int], int]:
+        """(node, GPU index) -> global rank, from the allocation (GPUs missing from it: by position)."""
+        return {place: rank for rank, place in self._places()}
+
+    @cached_property
+    def place_of(self) -> dict[int, tuple[str, int]]:
+        """Global rank -> (node, GPU index)."""
+        return dict(self._places())
+
+    def _places(self) -> list[tuple[int, tuple[str, int]]]:
+        return [(rank, (alloc.node, alloc.gpus[i] if i < len(alloc.gpus) else i))
+                for alloc in self.spec.allocation for i, rank in enumerate(alloc.ranks)]
 
     @property
     def nodes(self) -> list[str]:
@@ -60,10 +83,10 @@ class Job:
         return self.spec.owner
 
 
+@dataclass
 class Topology:
-    def __init__(self) -> None:
-        self.nodes: dict[str, Node] = {}
-        self.jobs: dict[str, Job] = {}
+    nodes: dict[str, Node] = field(default_factory=dict)
+    jobs: dict[str, Job] = field(default_factory=dict)
 
     # --- updates -----------------------------------------------------------------
     def apply_inventory(self, node: str, inv: Inventory) -> None:
@@ -78,10 +101,6 @@ class Topology:
         j = Job(job, spec, starts=(prev.starts + 1) if prev else 1)
         for alloc in spec.allocation:
             self.node(alloc.node)
-            for i, rank in enumerate(alloc.ranks):
-                gpu = alloc.gpus[i] if i < len(alloc.gpus) else i
-                j.rank_of[(alloc.node, gpu)] = rank
-                j.place_of[rank] = (alloc.node, gpu)
         self.jobs[job] = j
         return j
 

@@ -1,4 +1,4 @@
-"""What a correlator state snapshot costs: size, pickling on the event loop, sealing, restoring.
+"""What a correlator state snapshot costs: size, capturing the state on the event loop, sealing, restoring.
 
 ``python -m faultline.bench.snapshot_cost [--nodes 64 --hours 1]`` measures the biggest public scenarios and
 a simulated fleet (:mod:`faultline.simulate`) large enough to fill the engine's id window, and the
@@ -16,14 +16,14 @@ from pathlib import Path
 from correlators.engine import Correlator
 from correlators.partitions import PartitionState
 from correlators.policy import load_policy
-from correlators.snapshots import open_snapshot, pickle_engines, policy_fingerprint, restore, seal
+from correlators.snapshots import capture_engines, open_snapshot, policy_fingerprint, restore, seal
 from faultline.simulate import Fleet
 from producers.capture.screen import Accepted, CaptureScreen
 from streams.events import Event
 
 __all__ = ["measure", "main"]
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "shared" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[3] / "shared" / "scenarios"
 POLICY = load_policy(None)
 KEY = b"bench-key-0123456789abcdef012345"
 
@@ -56,14 +56,14 @@ def measure(name: str, records: list[bytes]) -> str:
         state.judge(i, None, Event.model_validate_json(raw))
     replay_s = time.perf_counter() - t0
     fingerprint = policy_fingerprint(POLICY)
-    position, cells, pickled = pickle_engines(state)
-    pickle_s = _best(lambda: pickle_engines(state))
-    blob = seal(0, position, cells, pickled, fingerprint, KEY)
-    seal_s = _best(lambda: seal(0, position, cells, pickled, fingerprint, KEY))
+    position, cells, body = capture_engines(state)
+    capture_s = _best(lambda: capture_engines(state))
+    blob = seal(0, position, cells, body, fingerprint, KEY)
+    seal_s = _best(lambda: seal(0, position, cells, body, fingerprint, KEY))
     restore_s = _best(lambda: restore(fresh(), open_snapshot(blob, 0, fingerprint, KEY)))
     return (f"{name}: {len(records):,} events replayed (decode + judge) at {len(records) / replay_s:,.0f}/s; "
-            f"snapshot {len(pickled):,} B pickled, {len(blob):,} B sealed; pickling on the loop "
-            f"{pickle_s * 1000:.1f} ms, sealing {seal_s * 1000:.1f} ms, restoring {restore_s * 1000:.1f} ms "
+            f"snapshot {len(body):,} B as JSON, {len(blob):,} B sealed; capturing on the loop "
+            f"{capture_s * 1000:.1f} ms, sealing {seal_s * 1000:.1f} ms, restoring {restore_s * 1000:.1f} ms "
             f"(a replay of those events: {replay_s * 1000:,.0f} ms)")
 
 

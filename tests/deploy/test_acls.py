@@ -32,7 +32,8 @@ def test_only_people_approve_and_only_executors_report_results() -> None:
 
 
 def test_only_the_correlator_touches_its_state_snapshots() -> None:
-    """Unpickling a snapshot runs code: without FAULTLINE_SNAPSHOT_KEY, this grant is the trust boundary."""
+    """A snapshot is data (it cannot run code), but a forged one could install a state the log never made:
+    without FAULTLINE_SNAPSHOT_KEY, this grant is the trust boundary."""
     name = f"{correlator_app_id(NS)}-snapshots"
     grants = [g for g in acl_plan(NS) if g.resource == "topic" and g.name == name]
     assert {g.service for g in grants} == {"correlator"}

@@ -9,15 +9,18 @@ a recorded validation is refused: hardware stays out until it is validated.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 
 from correlators.incident_state import stable_id
 from correlators.quarantine_ledger import Fence, QuarantineLedger
+from correlators.rules.base import EventHandler, OnTimer, RuleContext
+from correlators.timers import TimerName
 from correlators.topology import Topology
 from streams.decisions import Command, Target
 from streams.events import Event, OperatorAction
 
-__all__ = ["operator_commands"]
+__all__ = ["OperatorRules", "operator_commands"]
 
 log = logging.getLogger("faultline.correlator")
 
@@ -53,8 +56,25 @@ def operator_commands(e: Event, a: OperatorAction, topo: Topology, ledger: Quara
         if fenced_by is None:
             return []
         if idx is None:
-            for n, i in [k for k in ledger.gpus if k[0] == node]:
+            for n, i in ledger.quarantined(node):
                 ledger.release(n, i)
         ledger.release(node, idx)
         return [_command("release_gpu", fenced_by, e.ts, Target(node=node, gpu=gpu_id), a, e.id)]
     return []
+
+
+class OperatorRules:
+    """``operator_action`` events: the ledger follows the person, a command carries it out."""
+
+    def __init__(self, ctx: RuleContext) -> None:
+        self.state = ctx.state
+        self.out = ctx.out
+
+    def event_handlers(self) -> Mapping[str, EventHandler]:
+        return {"operator_action": self._on_operator_action}
+
+    def timer_handlers(self) -> Mapping[TimerName, OnTimer]:
+        return {}
+
+    def _on_operator_action(self, e: Event, b: OperatorAction) -> None:
+        self.out.extend(operator_commands(e, b, self.state.topology, self.state.ledger))

@@ -1,0 +1,228 @@
+"""Rules over what the hardware reports: XIDs, NVML samples, kernel faults; fencing it, debounced and
+grouped by power domain.
+
+A GPU finding is not fenced at once: it waits ``fence_debounce_s`` (the
+``fence`` timer) so that the GPUs one power fault takes down together -- several
+of one power domain, or any with a power-supply SEL near -- become one
+``power_supply_fault`` on the node rather than one ``gpu_off_bus`` per card.
+Some XIDs count only when NVML shows rows pending remap (``confirm`` waits for
+the next reading). Findings on hardware no job runs on become condition
+incidents of the hardware.
+
+The liveness rules (silence, the BMC) report what they conclude through
+:meth:`HardwareRules.node_finding` and :meth:`HardwareRules.power_supply_sel`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from correlators.findings import FAILURE_CATEGORIES, Finding
+from correlators.lifecycle import DONE, IncidentLifecycle
+from correlators.rules.base import EventHandler, OnTimer, RuleContext
+from correlators.state import AwaitingRemap, LostGpu
+from correlators.timers import TimerKey, TimerName
+from correlators.topology import Job
+from streams import events as ev
+
+__all__ = ["HardwareRules"]
+
+
+class HardwareRules:
+    """XID, NVML and kernel-fault detectors, the fence debounce and the power grouping."""
+
+    def __init__(self, ctx: RuleContext, lifecycle: IncidentLifecycle) -> None:
+        self.state = ctx.state
+        self.p = ctx.policy
+        self.life = lifecycle
+        self.queue = ctx.state.timers
+
+    def event_handlers(self) -> Mapping[str, EventHandler]:
+        return {"xid": self._on_xid, "gpu_lost": self._on_gpu_lost, "kernel_fault": self._on_kernel_fault,
+                "gpu_sample": self._on_gpu_sample}
+
+    def timer_handlers(self) -> Mapping[TimerName, OnTimer]:
+        return {"fence": OnTimer(self._timer_fence, at_end=True),
+                "confirm": OnTimer(self._timer_confirm, at_end=True),
+                "psu_check": OnTimer(self._timer_psu_check, at_end=True)}
+
+    # --- kernel and NVML --------------------------------------------------------------
+    def _on_xid(self, e: ev.Event, b: ev.Xid) -> None:
+        node = e.node
+        idx = self.state.topology.resolve(node, b.gpu)
+        category = self.p.xid.get(b.code)
+        if node is None or idx is None or category is None:
+            return
+        if category == "software":
+            return  # evidence for a software crash, never a hardware fault alone
+        reason = f"XID {b.code} on {node} GPU {idx}"
+        health = self.state.gpu_health(node, idx)
+        if b.code in self.p.xid_needs_pending_remap:
+            after = health.remap_reading
+            if after is not None and after[0] >= e.ts:  # the XID came in late: NVML has spoken already
+                if not after[1]:
+                    return
+            elif not self._remap_pending(node, idx, e.ts):
+                self.state.awaiting_remap.setdefault(node, {})[idx] = AwaitingRemap(e.ts, e.id)
+                self.queue.arm_after("confirm", (node, idx), e.ts, self.p.timing.confirm_window_s)
+                return
+            reason += " with remapped rows pending"
+        if category == "gpu_ecc_degradation":
+            if health.note_sbe(e.ts, self.p.thresholds):
+                self._gpu_condition(node, idx, category, e.ts, reason + ": rising single-bit ECC rate", e.id)
+            return
+        self.queue_fence(node, Finding(category, e.ts, node, [idx], reason, e.id))
+
+    def _on_gpu_lost(self, e: ev.Event, b: ev.GpuLost) -> None:
+        idx = self.state.topology.resolve(e.node, b.gpu)
+        if e.node and idx is not None:
+            self.queue_fence(e.node, Finding("gpu_off_bus", e.ts, e.node, [idx], f"GPU {idx} lost", e.id))
+
+    def _on_kernel_fault(self, e: ev.Event, b: ev.KernelFault) -> None:
+        if e.node and b.fault == "host_oom":
+            self.state.host_oom[e.node] = e.ts
+        elif e.node and b.fault == "machine_check" and b.severity in ("uncorrected", "fatal"):
+            self.state.bmc_view(e.node).hardware_sel.append(("cpu", b.message))
+
+    def _on_gpu_sample(self, e: ev.Event, b: ev.GpuSample) -> None:
+        node = e.node
+        idx = self.state.topology.resolve(node, b.gpu)
+        if node is None or idx is None:
+            return
+        health = self.state.gpu_health(node, idx)
+        for category, reason in health.observe(e.ts, b.metrics, self.p.thresholds):
+            if category in FAILURE_CATEGORIES:
+                self.queue_fence(node, Finding(category, e.ts, node, [idx], reason, e.id))
+            else:
+                self._gpu_condition(node, idx, category, e.ts, reason, e.id)
+        on_node = self.state.awaiting_remap.get(node)
+        waiting = on_node.get(idx) if on_node else None
+        reading = health.remap_reading
+        if on_node and waiting and reading is not None and reading[0] >= waiting.since:
+            # the first reading of the flag after the XID decides, whichever way it goes
+            self._stop_awaiting(node, idx)
+            self.queue.cancel("confirm", (node, idx))
+            if reading[1]:
+                self.queue_fence(node, Finding("gpu_memory_fault", waiting.since, node, [idx],
+                                               "XID with remapped rows pending", waiting.evidence))
+
+    def _timer_confirm(self, key: TimerKey, due: datetime) -> None:
+        node, idx = key[0], key[1]
+        if isinstance(node, str) and isinstance(idx, int):
+            self._stop_awaiting(node, idx)
+
+    def _stop_awaiting(self, node: str, idx: int) -> None:
+        on_node = self.state.awaiting_remap.get(node)
+        if on_node is not None:
+            on_node.pop(idx, None)
+            if not on_node:
+                del self.state.awaiting_remap[node]
+
+    def _remap_pending(self, node: str, idx: int, ts: datetime) -> bool:
+        """NVML showed rows pending remap at most ``confirm_window_s`` before (or at) ``ts``."""
+        at = self.state.gpu_health(node, idx).pending_remap_at
+        return at is not None and 0 <= (ts - at).total_seconds() <= self.p.timing.confirm_window_s
+
+    # --- fencing hardware: debounce, then group by power domain ------------------------
+    def queue_fence(self, node: str, f: Finding) -> None:
+        """Hold ``f`` for the node's debounce window, so GPUs lost together are judged together."""
+        if f.category == "gpu_off_bus":
+            self.state.lost.setdefault(node, []).extend(LostGpu(f.ts, i, f.evidence or "") for i in f.gpus)
+        self.state.pending_fence.setdefault(node, []).append(f)
+        if not self.queue.armed("fence", (node,)):
+            self.queue.arm_after("fence", (node,), f.ts, self.p.timing.fence_debounce_s)
+
+    def _timer_fence(self, key: TimerKey, due: datetime) -> None:
+        node = str(key[0])
+        findings = self.state.pending_fence.pop(node, [])
+        powered = self._power_group(node, due)
+        if powered:
+            self._power_finding(node, due, None)
+        for f in findings:
+            if f.category == "gpu_off_bus" and set(f.gpus) <= powered:
+                continue
+            self._hardware_finding(f, self._victims(f.node or "", f.gpus[0], f.ts))
+
+    def power_supply_sel(self, node: str, ts: datetime, evidence: str) -> None:
+        """The BMC reported a power-supply fault: with GPUs lost near it, that is their cause; else wait and
+        see (``psu_check``) whether any go."""
+        self.state.psu_sel.setdefault(node, []).append(ts)
+        if self._recent_losses(node, ts):
+            self._power_finding(node, ts, evidence)
+        else:
+            self.queue.arm_after("psu_check", (node,), ts, self.p.timing.power_window_s)
+
+    def _timer_psu_check(self, key: TimerKey, due: datetime) -> None:
+        node = str(key[0])
+        if self._recent_losses(node, due):
+            return
+        self.life.condition(None, node, "power_supply_fault", [], due,
+                            "power supply failure reported by the BMC; nothing lost yet", None,
+                            actions_only=("open_ticket",), severity="ticket")
+
+    def _recent_losses(self, node: str, now: datetime) -> list[LostGpu]:
+        w = self.p.timing.power_window_s
+        return [x for x in self.state.lost.get(node, ()) if abs((now - x.ts).total_seconds()) <= w]
+
+    def _power_group(self, node: str, now: datetime) -> set[int]:
+        """GPUs whose loss is one power fault: several of one domain, or any with a PSU SEL near."""
+        lost = {x.index for x in self._recent_losses(node, now)}
+        w = self.p.timing.power_window_s
+        if any(abs((now - t).total_seconds()) <= w for t in self.state.psu_sel.get(node, ())):
+            return lost
+        grouped: set[int] = set()
+        for i in lost:
+            peers = set(self.state.topology.power_domain_peers(node, i)) & lost
+            if len(peers) >= 2:
+                grouped |= peers
+        return grouped
+
+    def _power_finding(self, node: str, ts: datetime, evidence: str | None) -> None:
+        topo = self.state.topology
+        losses = self._recent_losses(node, ts)
+        gpus = sorted({x.index for x in losses})
+        first = min((x.ts for x in losses), default=ts)
+        doms = sorted({topo.gpu(node, i).power_domain or "?" for i in gpus})
+        f = Finding("power_supply_fault", first, node, gpus,
+                    f"{len(gpus)} GPUs of power domain {'/'.join(doms)} on {node} lost together",
+                    evidence or (losses[0].evidence if losses else None))
+        if not gpus:
+            self.node_finding(f)
+            return
+        # the jobs on the GPUs that went dark; a job on the node's other supply keeps running
+        victims = {j.name: j for i in gpus for j in self._victims(node, i, f.ts)}
+        self._hardware_finding(f, [victims[name] for name in sorted(victims)])
+
+    def node_finding(self, f: Finding) -> None:
+        """A whole node failed (silence, its BMC, its power): the jobs on it fail; else a condition."""
+        self._hardware_finding(f, self._victims(f.node or "", None, f.ts))
+
+    def _hardware_finding(self, f: Finding, jobs: list[Job]) -> None:
+        node = f.node or ""
+        for job in jobs:
+            self.life.failure(job.name, f)
+        if jobs:
+            return
+        fenced_by = self.state.ledger.fenced_by(node, f.gpus[0] if len(f.gpus) == 1 else None)
+        owner = self.state.incident(fenced_by) if fenced_by else None
+        if owner is not None and owner.category == f.category and owner.state not in DONE:
+            owner.add_evidence(f.evidence)  # hardware already fenced for this very cause
+            return
+        self.life.condition(None, node, f.category, f.gpus, f.ts, f.reason, f.evidence)
+
+    def _victims(self, node: str, idx: int | None, ts: datetime) -> list[Job]:
+        """Jobs on this hardware when it failed: running, or failed within ``hardware_lookback_s`` of it
+        (the kernel or BMC often reports after the crash it caused)."""
+        near = self.p.timing.hardware_lookback_s
+        return [j for j in self.state.topology.jobs_on(node, idx)
+                if j.running or (j.ended is not None and j.ended.status == "failed"
+                                 and abs((ts - j.ended.at).total_seconds()) <= near)]
+
+    def _gpu_condition(self, node: str, idx: int, category: str, ts: datetime, reason: str,
+                       evidence: str | None) -> None:
+        jobs = self.state.topology.running_jobs_on(node, idx)
+        for job in jobs:
+            self.life.condition(job.name, None, category, [idx], ts, reason, evidence, node_hint=node)
+        if not jobs:
+            self.life.condition(None, node, category, [idx], ts, reason, evidence)

@@ -1,0 +1,132 @@
+"""Node liveness: the agent's heartbeats, its silence, and what the BMC says out of band.
+
+A node is silent once its agent misses ``silence_factor`` of its usual
+heartbeat gaps (``silence``; nothing is timed until the cadence is known).
+Its verdict (``judge``) waits a little longer and reads the BMC and the rack:
+quiet peers in the rack with a BMC that is gone are a rack outage; a
+power-supply or other hardware SEL names the node's fault; otherwise the node
+is down. While the rack's nodes are quiet but this BMC has not answered since,
+the verdict waits for its next poll (``bmc_wait_s``). What it concludes goes to
+the hardware rules (:meth:`~correlators.rules.hardware.HardwareRules.node_finding`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from correlators.attribution import silence_category
+from correlators.findings import Finding
+from correlators.rules.base import EventHandler, OnTimer, RuleContext
+from correlators.rules.hardware import HardwareRules
+from correlators.state import Heartbeat
+from correlators.timers import TimerKey, TimerName
+from streams import events as ev
+
+__all__ = ["LivenessRules"]
+
+
+class LivenessRules:
+    """Heartbeat silence and the BMC view (power, reachability, SEL), judged per node and per rack."""
+
+    def __init__(self, ctx: RuleContext, hardware: HardwareRules) -> None:
+        self.state = ctx.state
+        self.p = ctx.policy
+        self.hardware = hardware
+        self.queue = ctx.state.timers
+
+    def event_handlers(self) -> Mapping[str, EventHandler]:
+        return {"agent_heartbeat": self._on_agent_heartbeat, "bmc_power": self._on_bmc_power,
+                "bmc_unreachable": self._on_bmc_unreachable, "bmc_sel": self._on_bmc_sel}
+
+    def timer_handlers(self) -> Mapping[TimerName, OnTimer]:
+        return {"silence": OnTimer(self._timer_silence, at_end=False),
+                "judge": OnTimer(self._timer_judge, at_end=True)}
+
+    # --- in band --------------------------------------------------------------------
+    def _on_agent_heartbeat(self, e: ev.Event, b: ev.AgentHeartbeat) -> None:
+        node = e.node
+        if not node:
+            return
+        s = self.state
+        prev = s.heartbeat.get(node)
+        if prev is None:
+            beat = s.heartbeat[node] = Heartbeat(e.ts)
+        else:
+            beat = prev
+            if e.ts > prev.last:
+                beat.gaps.append((e.ts - prev.last).total_seconds())
+            if e.ts >= prev.last:
+                beat.last = e.ts
+        s.silent.pop(node, None)
+        self.queue.cancel("judge", (node,))
+        gaps = beat.gaps
+        if len(gaps) < 2:
+            return  # silence means nothing until this agent's cadence is known
+        usual = sorted(gaps)[len(gaps) // 2]
+        wait = max(self.p.timing.silence_min_s, self.p.timing.silence_factor * usual)
+        self.queue.arm("silence", (node,), beat.last + timedelta(seconds=wait))
+
+    def _timer_silence(self, key: TimerKey, due: datetime) -> None:
+        node = str(key[0])
+        beat = self.state.heartbeat[node]
+        self.state.silent[node] = beat.last
+        usual = max(beat.gaps) if beat.gaps else 0.0
+        self.queue.arm_after("judge", (node,), due, max(15.0, usual))
+        self.state.judge_from[node] = due + timedelta(seconds=max(15.0, usual))
+
+    def _timer_judge(self, key: TimerKey, due: datetime) -> None:
+        node = str(key[0])
+        s = self.state
+        if node not in s.silent:
+            return
+        since = s.silent[node]
+        rack = s.topology.rack_of(node)
+        peers = [n for n in (s.topology.rack_nodes(rack) if rack else []) if n != node and n in s.silent
+                 and abs((s.silent[n] - since).total_seconds()) <= self.p.timing.rack_window_s]
+        view = s.bmc_view(node)
+        wait_until = s.judge_from.get(node, due) + timedelta(seconds=self.p.timing.bmc_wait_s)
+        if peers and (view.heard is None or view.heard < since) and due < wait_until:
+            # the rack's nodes are quiet but this BMC has said nothing since: its answer (or its
+            # silence) tells a rack outage from dead nodes, so give the next poll a chance
+            self.queue.arm("judge", (node,), wait_until)
+            return
+        category = silence_category(view, len(peers))
+        lost_nodes = [node] + (peers if category == "rack_outage" else [])
+        for n in lost_nodes:
+            reason = f"node agent silent since {s.silent.get(n, since).isoformat()}"
+            self.queue.cancel("judge", (n,))
+            s.silent.pop(n, None)
+            self.hardware.node_finding(Finding(category, due, n, reason=f"{category}: {reason}"))
+
+    # --- out of band ----------------------------------------------------------------
+    def _bmc_heard(self, e: ev.Event) -> None:
+        node = e.node or ""
+        view = self.state.bmc_view(node)
+        view.heard = e.ts if view.heard is None else max(view.heard, e.ts)
+        if node in self.state.silent and self.queue.armed("judge", (node,)):
+            self.queue.arm("judge", (node,), max(self.state.judge_from.get(node, e.ts), e.ts))
+
+    def _on_bmc_power(self, e: ev.Event, b: ev.BmcPower) -> None:
+        if e.node:
+            view = self.state.bmc_view(e.node)
+            view.power_on, view.reachable = b.on, True
+            self._bmc_heard(e)
+
+    def _on_bmc_unreachable(self, e: ev.Event, b: ev.BmcUnreachable) -> None:
+        if e.node:
+            self.state.bmc_view(e.node).reachable = False
+            self._bmc_heard(e)
+
+    def _on_bmc_sel(self, e: ev.Event, b: ev.BmcSel) -> None:
+        node = e.node
+        if not node:
+            return
+        view = self.state.bmc_view(node)
+        view.reachable = True
+        self._bmc_heard(e)
+        if not (b.hardware_fault and b.asserted):
+            return
+        view.hardware_sel.append((b.component, b.line))
+        if b.component == "power_supply":
+            self.hardware.power_supply_sel(node, e.ts, e.id)
