@@ -111,8 +111,9 @@ class RecoveryRules:
         s.restart_log.append(now)
         inc.restored_step = ck.step if ck else 0
         inc.baseline_throughput = progress.baseline_throughput()
-        if ck:
-            inc.lost_gpu_hours = round((now - ck.ts).total_seconds() * job.world_size / 3600, 3)
+        if ck:  # the one definition (README, "Lost GPU-hours"): checkpoint to failure, not to this restart
+            lost_s = max(0.0, (inc.opened_at - ck.ts).total_seconds())
+            inc.lost_gpu_hours = round(lost_s * job.world_size / 3600, 3)
         self.out.append(cmd)
         self.life.set_state(inc, "awaiting_approval" if approval else "restarting", now)
 
