@@ -7,13 +7,17 @@ check types strictly: an integer field takes a JSON integer, not ``3.0``, ``"3"`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["BAD_KINDS", "MAX_LINE_BYTES", "BadInput", "BadKind", "Obj", "build", "opt_int", "opt_str", "req_bool",
-           "req_int", "req_list", "req_object", "req_str", "require", "show", "too_long", "validate"]
+from streams.ranges import INT64_MAX, INT64_MIN
+
+__all__ = ["BAD_KINDS", "MAX_LINE_BYTES", "BadInput", "BadKind", "Obj", "build", "check_integers", "opt_ident",
+           "opt_int", "opt_str", "req_bool", "req_ident", "req_int", "req_list", "req_object", "req_str", "require",
+           "show", "too_long", "validate"]
 
 Obj = Mapping[str, Any]
 M = TypeVar("M", bound=BaseModel)
@@ -68,11 +72,61 @@ def opt_str(obj: Obj, key: str) -> str | None:
     raise BadInput(f"field {key!r} must be a string, got {show(value)}", "wrong_type")
 
 
-def opt_int(obj: Obj, key: str) -> int | None:
+def opt_int(obj: Obj, key: str, lo: int | None = None, hi: int | None = None) -> int | None:
+    """An optional integer field, within ``lo..hi`` when given (the archive column's range)."""
     value = obj.get(key)
-    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    raise BadInput(f"field {key!r} must be an integer, got {show(value)}", "wrong_type")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BadInput(f"field {key!r} must be an integer, got {show(value)}", "wrong_type")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise BadInput(f"field {key!r} is {show(value)}, outside {lo}..{hi}", "invalid_value")
+    return value
+
+
+Why = Callable[[object], "str | None"]
+
+
+def opt_ident(obj: Obj, key: str, why_not: Why) -> str | None:
+    """An optional identifier field (node, GPU, job), checked against its grammar (streams/identifiers.py)."""
+    value = opt_str(obj, key)
+    if value is not None and (why := why_not(value)) is not None:
+        raise BadInput(f"field {key!r}: {why}", "invalid_value")
+    return value
+
+
+def req_ident(obj: Obj, key: str, source: str, why_not: Why) -> str:
+    """A required identifier field, checked against its grammar."""
+    value = req_str(obj, key, source)
+    if (why := why_not(value)) is not None:
+        raise BadInput(f"{source}: field {key!r}: {why}", "invalid_value")
+    return value
+
+
+# A JSON integer longer than 19 digits cannot be an Int64; shorter ones are checked by value.
+_LONG_NUMBER = re.compile(r"\d{19,}")
+
+
+def check_integers(text: str, obj: object) -> None:
+    """Refuse a line holding an integer no archive column can store (outside the signed 64-bit range).
+
+    Cheap on the usual line: the walk only runs when the text has a run of 19 or more digits.
+    """
+    if _LONG_NUMBER.search(text) is None:
+        return
+    stack: list[tuple[str, object]] = [("", obj)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            if not INT64_MIN <= value <= INT64_MAX:
+                raise BadInput(f"field {where or 'value'!r}: integer {show(value)} is outside the signed 64-bit "
+                               "range", "invalid_value")
+        elif isinstance(value, dict):
+            stack.extend((f"{where}.{key}" if where else str(key), item) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
 
 
 def require(obj: Obj, key: str, source: str) -> Any:
@@ -122,6 +176,11 @@ def build(model: type[M], obj: Obj, fields: tuple[str, ...], source: str) -> M:
     return validate(model, {key: obj[key] for key in fields if obj.get(key) is not None}, source)
 
 
+# Pydantic error types of a value of the right type that breaks a rule (a grammar, a range).
+_VALUE_ERRORS = frozenset({"value_error", "greater_than", "greater_than_equal", "less_than", "less_than_equal",
+                           "string_too_long", "string_too_short", "string_pattern_mismatch"})
+
+
 def validate(model: type[M], data: Obj, source: str) -> M:
     """``model`` from ``data``, strictly; a validation error is bad input."""
     try:
@@ -129,5 +188,6 @@ def validate(model: type[M], data: Obj, source: str) -> M:
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(part) for part in err["loc"]) or model.__name__
-        kind: BadKind = "missing_field" if err["type"] == "missing" else "wrong_type"
+        kind: BadKind = ("missing_field" if err["type"] == "missing" else
+                         "invalid_value" if err["type"] in _VALUE_ERRORS else "wrong_type")
         raise BadInput(f"{source}: field {where!r}: {err['msg']}", kind) from None
