@@ -34,6 +34,11 @@ def namespace(kafka_bootstrap: str, unique_name: str, monkeypatch: pytest.Monkey
 
 def test_approve_and_deny_publish_a_decision_keyed_by_command(
         kafka_bootstrap: str, namespace: str, capsys: pytest.CaptureFixture[str]) -> None:
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for cid in ("cmd-1", "cmd-2"):  # a decision names the exact command: it must be on the topic
+        producer.produce(topic_name(namespace, "commands"), key=cid.encode(),
+                         value=command(cid, "reboot_node").model_dump_json().encode())
+    assert producer.flush(30) == 0
     assert main(["approve", "cmd-1", "--by", "alice", "--reason", "checkpoint is fresh"]) == 0
     assert main(["deny", "cmd-2", "--by", "bob"]) == 0
     assert capsys.readouterr().out.splitlines() == ["approved cmd-1 as alice", "denied cmd-2 as bob"]
