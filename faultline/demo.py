@@ -101,7 +101,7 @@ def run_demo(settings: Settings, seconds: float = 20) -> int:
         stop.set()
         watcher.join(5)
         worker.stop()
-    _say(f"done: {rows} rows archived to {settings.archive_url} (namespace {namespace}).")
+    _say(f"done: {rows} rows archived to {settings.archive_shown} (namespace {namespace}).")
     return 0
 
 

@@ -44,7 +44,7 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
     out = run.contract()
     print(f"replayed {run.lines} lines ({run.bad} bad) as {run.events} events in namespace {run.namespace}; "
           f"{len(out['incidents'])} incidents, {len(out['commands'])} commands; "
-          f"{run.archived_rows} rows archived to {settings.archive_url}", file=sys.stderr)
+          f"{run.archived_rows} rows archived to {settings.archive_shown}", file=sys.stderr)
     if args.json:
         print(json.dumps(out))
     else:

@@ -12,6 +12,9 @@ from faultline.commands import Add
 
 __all__ = ["register"]
 
+_DEV_MODE_BANNER = ("DEVELOPMENT MODE (FAULTLINE_DEV_MODE=true): workers and executors run without production keys; "
+                    "commands, approvals and results may be unsigned. Never in production.")
+
 
 def register(add: Add) -> None:
     st = add("status", "Open incidents, fenced hardware, commands waiting for approval, pipeline health.",
@@ -70,14 +73,16 @@ def _operator_view(args: argparse.Namespace, settings: Settings) -> int:
 
     with Archive.open(settings.archive_url) as archive:
         if args.cmd == "status":
-            data = status_data(archive)
+            data = {**status_data(archive), "dev_mode": settings.dev_mode}
+            if settings.dev_mode and not args.json:
+                print(_DEV_MODE_BANNER)
             print(json.dumps(data, default=str)) if args.json else print_status(data)
             return 0
         ids = [args.id] if args.cmd == "incident" else job_incidents(archive, args.job)
         stories = [d for i in ids if (d := incident_data(archive, i)) is not None]
     if not stories:
         what = f"incident {args.id}" if args.cmd == "incident" else f"incidents of job {args.job}"
-        print(f"faultline {args.cmd}: no {what} in {settings.archive_url}; check the id with `faultline status`",
+        print(f"faultline {args.cmd}: no {what} in {settings.archive_shown}; check the id with `faultline status`",
               file=sys.stderr)
         return 1
     for n, story in enumerate(stories):
