@@ -47,17 +47,17 @@ Several faultline fences of one node share its reason:
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 
+from common.child_env import minimal_env
 from sinks.executors.core import ExecutionError, excluded_nodes, require
 from streams.decisions import Command
 from streams.identifiers import why_not_gpu, why_not_job, why_not_node
 
-__all__ = ["SlurmBackend", "CommandLine", "Run", "SUPPORTED_TYPES", "REASON_PREFIX", "minimal_env"]
+__all__ = ["SlurmBackend", "CommandLine", "Run", "SUPPORTED_TYPES", "REASON_PREFIX"]
 
 Run = Callable[[Sequence[str]], str]
 
@@ -67,17 +67,6 @@ REASON_PREFIX = "faultline:"
 
 _FIELD = re.compile(r"(?:^|\s)(\w+)=(\S*)")
 _REASON = re.compile(r"\sReason=(.*?)(?:\s+\[[^\]@]*@[^\]]*\])?\s*$")
-
-
-# What a Slurm client needs from the executor's environment; nothing else (keys, passwords) is passed on.
-_PASSED_ON = ("PATH", "LANG", "LC_ALL", "TZ", "HOME")
-
-
-def minimal_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``PATH``, the locale, ``HOME`` and ``SLURM_*`` of this process, plus ``extra``: a client's whole world."""
-    env = {k: v for k, v in os.environ.items() if k in _PASSED_ON or k.startswith("SLURM_")}
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    return {**env, **(extra or {})}
 
 
 class CommandLine:
@@ -92,7 +81,7 @@ class CommandLine:
         shown = shlex.join(args)
         try:
             done = subprocess.run(list(args), capture_output=True, text=True, timeout=self.timeout_s,
-                                  env=minimal_env(self.env), check=False)
+                                  env=minimal_env(("SLURM_",), self.env), check=False)
         except subprocess.TimeoutExpired as exc:
             raise ExecutionError(f"{shown}: no answer within {self.timeout_s:g}s") from exc
         except OSError as exc:
