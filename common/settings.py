@@ -13,6 +13,7 @@ log and ``faultline status`` shows.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -41,8 +42,11 @@ _PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
 
 class Settings(BaseSettings):
     # hide_input_in_errors: a validation error would otherwise print every setting, secrets included.
+    # secrets_dir: files named like the variables (FAULTLINE_SIGNING_KEYS, ...) in the directory systemd's
+    # LoadCredential= hands a service (deploy/slurm), so keys need not sit in an environment file.
     model_config = SettingsConfigDict(env_prefix="FAULTLINE_", env_file=".env", extra="ignore",
-                                      hide_input_in_errors=True)
+                                      hide_input_in_errors=True,
+                                      secrets_dir=os.environ.get("CREDENTIALS_DIRECTORY") or None)
 
     kafka: str | None = Field(
         None, description="Kafka bootstrap servers (host:port,...). Unset: start/reuse the local broker.")

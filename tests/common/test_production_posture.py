@@ -116,3 +116,20 @@ def test_status_shows_development_mode(tmp_path: Path, capsys: pytest.CaptureFix
     assert json.loads(capsys.readouterr().out)["dev_mode"] is True
     assert main(["status"]) == 0
     assert "DEVELOPMENT MODE" in capsys.readouterr().out
+
+
+def test_keys_can_come_from_systemd_credentials(tmp_path: Path) -> None:
+    """deploy/slurm's executor unit hands its keys over with LoadCredential=: files in $CREDENTIALS_DIRECTORY."""
+    (tmp_path / "FAULTLINE_SIGNING_KEYS").write_text(KEYS + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAULTLINE_")}
+    env.update(PYTHONPATH=str(REPO_ROOT), CREDENTIALS_DIRECTORY=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", "from common.settings import Settings; print(Settings().signing())"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "SigningKeys(active='k1', ids=['k1'])", done.stderr
+
+
+def test_the_slurm_executor_unit_loads_its_keys_as_credentials() -> None:
+    unit = (REPO_ROOT / "deploy" / "slurm" / "faultline-executor.service").read_text()
+    for key in ("FAULTLINE_SIGNING_KEYS", "FAULTLINE_OPERATOR_KEYS", "FAULTLINE_EXECUTOR_KEYS"):
+        assert f"LoadCredential={key}:/etc/faultline/keys/" in unit, key
+    assert "FAULTLINE_DEV_MODE" not in unit
