@@ -252,8 +252,9 @@ class Executor:
             if (unknown := self._unknown_node(cmd)) is not None:
                 return self._refuse(cmd, now, f"unknown node {unknown!r}: not in the {self.backend.name} inventory",
                                     "an executor acts only on hardware it manages")
-        except ExecutionError as exc:
-            return self._settle(cmd, "failed", now, f"could not check the {self.backend.name} inventory: {exc}")
+        except Exception as exc:  # whatever the backend raised: nothing was done, and the runner goes on
+            return self._settle(cmd, "failed", now, f"could not check the {self.backend.name} inventory: "
+                                f"{type(exc).__name__}: {exc}")
         if self.breaker is not None and self.breaker.guards(cmd) and node is not None:
             self.breaker.record(node, now)  # on the attempt: a failed fence may still have half-applied
         self.ledger.begin(cmd, now)
