@@ -13,7 +13,7 @@ from producers.capture.fields import (
     MAX_LINE_BYTES,
     BadInput,
     Obj,
-    check_integers,
+    loads,
     opt_ident,
     opt_int,
     show,
@@ -49,14 +49,15 @@ def _decode(raw: bytes | str) -> tuple[bytes, Obj]:
     if not text.strip():
         raise BadInput("empty line", "not_json")
     try:
-        obj = json.loads(text)
+        obj = loads(text)
+    except BadInput:
+        raise
     except (ValueError, RecursionError) as exc:
         raise BadInput(f"not JSON: {exc}", "not_json") from None
     if not isinstance(obj, dict):
         raise BadInput(f"not a JSON object: {type(obj).__name__}", "not_json")
     if "\\u" in text and _SURROGATE_ESCAPE.search(text):
         _check_no_lone_surrogates(obj)
-    check_integers(text, obj)
     return data, obj
 
 
