@@ -43,7 +43,7 @@ from faultline.pipeline import (
     wait_for_end,
 )
 from producers.delivery import EventPublisher
-from sinks.executors.approvals import send_decision
+from sinks.executors.approvals import find_command, send_decision
 from sinks.executors.launch import ExecutorOptions, make_executor
 from sinks.executors.runner import ExecutorRunner
 from streams.decisions import Approval, CommandResult
@@ -232,6 +232,7 @@ def test_each_service_does_its_job_as_its_own_user(secured: Secured, governed: s
     results = _executor_results(secured.conf("executor"), governed, tmp_path, want=len(commands))
     assert {r.command for r in results} == {c.id for c in commands}
     held = next((c for c in commands if c.requires_approval), commands[0])
+    assert find_command(secured.conf("operator"), governed, held.id) == held  # operators read what they decide
     send_decision(secured.conf("operator"), governed,
                   Approval(command=held.id, decision="approve", by="alice", at=datetime.now(UTC)))
 
