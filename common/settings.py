@@ -1,21 +1,40 @@
 """Configuration, validated at start (environment variables ``FAULTLINE_*`` or a .env file).
 
-Every knob is documented here; secrets are ``SecretStr`` and never printed.
+Every knob is documented here; secrets are ``SecretStr`` and never printed (the archive URL,
+which may carry a password, is shown masked).
+
+Production posture by default: a correlator worker or an executor refuses to start without
+the keys that authenticate what it acts on (:meth:`Settings.require_keys`, called by each
+stage at its start), unless ``FAULTLINE_DEV_MODE=true`` says this is development -- which the
+demo, ``faultline replay`` and the tests set, and which every stage then says loudly in its
+log and ``faultline status`` shows.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_serializer, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from common.redact import mask_url
 from streams.cells import DEFAULT_CELL, check_cell
 from streams.signing import SigningKeys
 
-__all__ = ["Settings", "REPO_ROOT", "default_data_dir", "describe_settings_error"]
+__all__ = ["Settings", "REPO_ROOT", "MissingKeys", "Stage", "default_data_dir", "describe_settings_error"]
+
+log = logging.getLogger("faultline.settings")
+
+Stage = Literal["worker", "executor"]
+_KEY_FORMAT = "'KEY_ID:SECRET,...' from a secret (the first key signs; secrets of 16+ characters)"
+
+
+class MissingKeys(RuntimeError):
+    """A production start without the keys it needs; the message says which settings to set."""
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
@@ -35,8 +54,11 @@ def default_data_dir(root: Path = REPO_ROOT) -> Path:
 
 class Settings(BaseSettings):
     # hide_input_in_errors: a validation error would otherwise print every setting, secrets included.
+    # secrets_dir: files named like the variables (FAULTLINE_SIGNING_KEYS, ...) in the directory systemd's
+    # LoadCredential= hands a service (deploy/slurm), so keys need not sit in an environment file.
     model_config = SettingsConfigDict(env_prefix="FAULTLINE_", env_file=".env", extra="ignore",
-                                      hide_input_in_errors=True)
+                                      hide_input_in_errors=True,
+                                      secrets_dir=os.environ.get("CREDENTIALS_DIRECTORY") or None)
 
     kafka: str | None = Field(
         None, description="Kafka bootstrap servers (host:port,...). Unset: start/reuse the local broker.")
@@ -50,11 +72,23 @@ class Settings(BaseSettings):
         "logs live. Default: <checkout>/var in a source checkout, else $XDG_DATA_HOME/faultline "
         "(~/.local/share/faultline).")
     archive: str | None = Field(
-        None, description="ClickHouse: chdb:///path (embedded) or http(s)://host:8123. Unset: <data_dir>/archive.")
+        None, repr=False, description="ClickHouse: chdb:///path (embedded) or http(s)://user:password@host:8123. "
+        "Unset: <data_dir>/archive. Shown masked (archive_shown): it may carry a password.")
     policy: Path | None = Field(None, description="Correlator policy YAML merged over the defaults.")
     kafka_security_protocol: str = Field(
-        "PLAINTEXT", description="PLAINTEXT, SASL_PLAINTEXT, SASL_SSL or SSL (TLS with the system CAs). Every "
-        "client honours it: confluent-kafka (kafka_config) and the Faust worker (correlators/broker_auth.py).")
+        "PLAINTEXT", description="PLAINTEXT, SASL_PLAINTEXT, SASL_SSL or SSL (TLS: verified against the system CAs, "
+        "or FAULTLINE_KAFKA_SSL_CA_FILE). Every client honours it: confluent-kafka (kafka_config) and the Faust "
+        "worker (correlators/broker_auth.py).")
+    kafka_ssl_ca_file: Path | None = Field(
+        None, description="With SSL/SASL_SSL: PEM file of the CA(s) that signed the brokers' certificates (a "
+        "private CA). Unset: the system's CA store.")
+    kafka_ssl_cert_file: Path | None = Field(
+        None, description="With SSL/SASL_SSL and a broker that asks for client certificates (mTLS): this "
+        "service's certificate (PEM).")
+    kafka_ssl_key_file: Path | None = Field(
+        None, description="... and its private key (PEM); a mounted secret, readable by the service only.")
+    kafka_ssl_key_password: SecretStr | None = Field(
+        None, description="... and the key's passphrase, if it has one.")
     kafka_sasl_mechanism: str | None = Field(
         None, description="With SASL_*: SCRAM-SHA-512 (recommended), SCRAM-SHA-256 or PLAIN.")
     kafka_username: str | None = Field(
@@ -69,9 +103,33 @@ class Settings(BaseSettings):
     metrics_port: int = Field(
         0, description="Serve Prometheus metrics on this port (0: off). Deployments use 9464 agent, "
         "9465 correlator, 9466 sink, 9467 executor (deploy/prometheus/prometheus.yml).")
+    metrics_address: str | None = Field(
+        None, description="The address the metrics listen on. Unset: 127.0.0.1 (loopback) in development mode, "
+        "0.0.0.0 otherwise (Prometheus scrapes from another host); deployments may name an interface.")
+    dev_mode: bool = Field(
+        False, description="Development: workers and executors start without signing and snapshot keys "
+        "(unsigned commands, unauthenticated approvals and results). Said loudly in every stage's log and in "
+        "`faultline status`. The demo, `faultline replay` and the tests set it; never set it in production.")
+    cluster: str = Field(
+        "default", description="The compute cluster (Slurm cluster, Kubernetes cluster) this namespace's commands "
+        "are for: the correlator signs it into every command and executors refuse commands for another, so one "
+        "key set may serve several clusters. Letters, digits, '.', '_', '-'.")
     signing_keys: SecretStr | None = Field(
-        None, description="'KEY_ID:SECRET,...' (first = active). The correlator signs every command; "
-        "executors refuse unsigned, tampered, unknown-key and expired ones. Unset: unsigned (development).")
+        None, description=f"Command keys, {_KEY_FORMAT}. The correlator signs every command (RFC 8785 JSON, "
+        "HMAC-SHA256, with namespace, cluster and expiry); executors refuse unsigned, tampered, unknown-key, "
+        "expired and other-scope ones. Required by workers and executors unless FAULTLINE_DEV_MODE.")
+    operator_keys: SecretStr | None = Field(
+        None, description=f"Approval keys, {_KEY_FORMAT}; the key id is the person. `faultline approve`/`deny` "
+        "sign with the first; executors accept decisions signed by any (one key per operator). Required by "
+        "executors unless FAULTLINE_DEV_MODE.")
+    executor_keys: SecretStr | None = Field(
+        None, description=f"Result keys, {_KEY_FORMAT}. Executors sign every result and learn from the results "
+        "topic only what such a key signed. Required by executors unless FAULTLINE_DEV_MODE.")
+    webhook_url: SecretStr | None = Field(
+        None, description="Webhook executor: where tickets and notifications are POSTed; a secret, as a URL may "
+        "carry a token (never on a command line).")
+    webhook_token: SecretStr | None = Field(
+        None, description="Webhook executor: sent as 'Authorization: Bearer <token>'.")
     command_ttl_s: float = Field(3600, description="Signed commands expire this long (wall clock) after issue.")
     snapshot_every_events: int = Field(
         50_000, description="Worker: snapshot each events partition's correlator state to the compacted topic "
@@ -83,8 +141,8 @@ class Settings(BaseSettings):
         "comes first (checked as records are judged).")
     snapshot_key: SecretStr | None = Field(
         None, description="Worker: key that authenticates state snapshots (HMAC-SHA256); every worker of a "
-        "namespace needs the same one. Unset: a SHA-256 checksum only, and only the topic ACL (the correlator "
-        "alone may write the snapshot topic) keeps forged state out; set it wherever others could write there.")
+        "namespace needs the same one. Required by workers that take snapshots unless FAULTLINE_DEV_MODE (unset, "
+        "only the topic ACL keeps forged state out).")
     local_kafka_port: int = Field(19092, description="Port of the local broker started when `kafka` is unset.")
     schema_registry: str | None = Field(
         None, description="A Confluent-compatible schema registry (http(s)://host:8081). Set: `faultline topics "
@@ -98,7 +156,18 @@ class Settings(BaseSettings):
     def _cell_name(cls, v: str) -> str:
         return check_cell(v)
 
-    @field_validator("kafka", "archive", "policy", "kafka_sasl_mechanism", "schema_registry", mode="before")
+    @field_validator("cluster")
+    @classmethod
+    def _cluster_name(cls, v: str) -> str:
+        try:
+            return check_cell(v)
+        except ValueError:
+            raise ValueError(f"cluster name {v!r} must be 1-128 characters of letters, digits, '.', '_' or '-'") \
+                from None
+
+    @field_validator("kafka", "archive", "policy", "kafka_sasl_mechanism", "kafka_ssl_ca_file",
+                     "kafka_ssl_cert_file", "kafka_ssl_key_file", "metrics_address", "schema_registry",
+                     mode="before")
     @classmethod
     def _empty_is_unset(cls, v: object) -> object:
         """``FAULTLINE_POLICY=`` (empty, as compose files write it) means unset, not the current directory."""
@@ -124,12 +193,65 @@ class Settings(BaseSettings):
                                  f"{', '.join(missing)} too")
         return self
 
+    @field_serializer("archive")
+    def _archive_masked(self, v: str | None) -> str | None:
+        return mask_url(v) if v else v
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        yield from super().__repr_args__()
+        yield "archive", self.archive_shown
+
     def signing(self) -> SigningKeys | None:
-        return SigningKeys.parse(self.signing_keys.get_secret_value()) if self.signing_keys else None
+        """The correlator's command keys (FAULTLINE_SIGNING_KEYS), or None."""
+        return _keys(self.signing_keys)
+
+    def operators(self) -> SigningKeys | None:
+        """The operators' approval keys (FAULTLINE_OPERATOR_KEYS), or None."""
+        return _keys(self.operator_keys)
+
+    def executors(self) -> SigningKeys | None:
+        """The executors' result keys (FAULTLINE_EXECUTOR_KEYS), or None."""
+        return _keys(self.executor_keys)
+
+    def required_keys(self, stage: Stage) -> list[str]:
+        """The ``FAULTLINE_*`` key settings ``stage`` needs in production."""
+        if stage == "worker":
+            return ["FAULTLINE_SIGNING_KEYS"] + (["FAULTLINE_SNAPSHOT_KEY"] if self.snapshot_every_events else [])
+        return ["FAULTLINE_SIGNING_KEYS", "FAULTLINE_OPERATOR_KEYS", "FAULTLINE_EXECUTOR_KEYS"]
+
+    def require_keys(self, stage: Stage) -> list[str]:
+        """At a stage's start: raise :class:`MissingKeys` naming the key settings that are unset.
+
+        In development mode nothing is raised: the missing settings are returned and logged
+        loudly (and the mode itself always is), so it cannot pass unnoticed.
+        """
+        missing = [name for name in self.required_keys(stage)
+                   if getattr(self, name.removeprefix("FAULTLINE_").lower()) is None]
+        if self.dev_mode:
+            log.warning("*** DEVELOPMENT MODE (FAULTLINE_DEV_MODE=true): faultline %s runs%s; never in "
+                        "production ***", stage, f" without {', '.join(missing)}" if missing else "")
+            return missing
+        if missing:
+            raise MissingKeys(
+                f"missing {', '.join(missing)}: a production {stage} does not start without "
+                f"{'them' if len(missing) > 1 else 'it'}; set {'them' if len(missing) > 1 else 'it'} "
+                f"({_KEY_FORMAT}; OPERATIONS.md, 'Keys'), or for development only FAULTLINE_DEV_MODE=true")
+        return []
 
     @property
     def archive_url(self) -> str:
+        """Where the archive is (with its credentials: to connect, never to print; see :attr:`archive_shown`)."""
         return self.archive or f"chdb://{(self.data_dir / 'archive').resolve()}"
+
+    @property
+    def archive_shown(self) -> str:
+        """:attr:`archive_url` with any password masked, for messages and logs."""
+        return mask_url(self.archive_url)
+
+    @property
+    def metrics_bind(self) -> str:
+        """The address the metrics server listens on (see ``metrics_address``)."""
+        return self.metrics_address or ("127.0.0.1" if self.dev_mode else "0.0.0.0")
 
     def child_env(self) -> dict[str, str | None]:
         """Every setting as the ``FAULTLINE_*`` variable that gives it to a child process (None: unset).
@@ -161,6 +283,14 @@ class Settings(BaseSettings):
             conf["sasl.mechanism"] = self.kafka_sasl_mechanism
             conf["sasl.username"] = self.kafka_username or ""
             conf["sasl.password"] = self.kafka_password.get_secret_value() if self.kafka_password else ""
+        if self.kafka_security_protocol.endswith("SSL"):
+            for key, path in (("ssl.ca.location", self.kafka_ssl_ca_file),
+                              ("ssl.certificate.location", self.kafka_ssl_cert_file),
+                              ("ssl.key.location", self.kafka_ssl_key_file)):
+                if path is not None:
+                    conf[key] = str(path)
+            if self.kafka_ssl_key_password is not None:
+                conf["ssl.key.password"] = self.kafka_ssl_key_password.get_secret_value()
         return conf
 
 
@@ -191,8 +321,11 @@ def describe_settings_error(exc: ValidationError) -> list[str]:
             what = str(err["msg"]).removeprefix("Value error, ")
         else:
             what = f"expected {_EXPECTED.get(err['type'], str(err['msg']).lower())}"
-        got = "" if secret or "input" not in err else f", got {str(err['input'])[:60]!r}"
+        shown = mask_url(str(err["input"])) if name == "archive" and "input" in err else str(err.get("input", ""))
+        got = "" if secret or "input" not in err else f", got {shown[:60]!r}"
         purpose = (field.description or "").split(". ")[0].rstrip(".")
         purpose = purpose if len(purpose) <= 90 else purpose[:89].rstrip() + "…"
         lines.append(f"{var}: {what}{got}" + (f" ({purpose})" if purpose else ""))
     return lines
+def _keys(value: SecretStr | None) -> SigningKeys | None:
+    return SigningKeys.parse(value.get_secret_value()) if value is not None else None

@@ -111,6 +111,7 @@ def _partitions_of(conf: dict[str, Any], events_topic: str, changelog: str) -> i
 
 
 def make_app(settings: Settings) -> faust.App:
+    settings.require_keys("worker")  # production: refuse to start without the signing and snapshot keys
     ns = settings.namespace
     bootstrap = settings.kafka or f"127.0.0.1:{settings.local_kafka_port}"
     app = faust.App(
@@ -168,7 +169,7 @@ def make_app(settings: Settings) -> faust.App:
         for d in decisions:
             if isinstance(d, Command):
                 if keys is not None:
-                    d = sign(d, keys, datetime.now(UTC), ttl)
+                    d = sign(d, keys, datetime.now(UTC), ttl, namespace=ns, cluster=settings.cluster)
                 m.COMMANDS_ISSUED.labels(d.type, str(d.requires_approval).lower()).inc()
                 inc = engine.incidents.get(d.incident)
                 if settings.live_clock and inc is not None:
@@ -192,7 +193,7 @@ def make_app(settings: Settings) -> faust.App:
         if settings.metrics_port:
             from prometheus_client import start_http_server
 
-            start_http_server(settings.metrics_port)
+            start_http_server(settings.metrics_port, addr=settings.metrics_bind)
 
     @app.timer(interval=5.0)
     async def gauges() -> None:

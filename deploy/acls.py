@@ -9,7 +9,8 @@ authenticates as a user of its own and is granted exactly what its code does:
 service       grants (``ns`` = the namespace, ``app`` = ``faultline-correlator.<ns>``)
 ============  ===================================================================================
 agent         write ``events``, ``deadletters`` (node agents, scheduler sources, Slurm hooks)
-operator      write ``events`` (quarantine/release), ``approvals`` (approve/deny)
+operator      write ``events`` (quarantine/release), ``approvals`` (approve/deny); read
+              ``commands`` (an approval names the exact content it approves)
 correlator    read ``events``; write ``incidents``, ``commands``, ``deadletters``, ``control``;
               create/read/write its Faust topics ``app-emitted-changelog`` (and alter it: it
               grows with ``events``), ``app-snapshots`` (its state snapshots; grown
@@ -112,6 +113,7 @@ def acl_plan(namespace: str, users: Mapping[str, str] | None = None) -> list[Gra
 
     grant("operator", "topic", topic("events"), ["WRITE"], "faultline quarantine / release")
     grant("operator", "topic", topic("approvals"), ["WRITE"], "faultline approve / deny")
+    grant("operator", "topic", topic("commands"), ["READ"], "faultline approve / deny: the content it decides on")
 
     grant("correlator", "topic", topic("events"), ["READ"], "judges the cell's events")
     for suffix, why in (("incidents", "its incidents"), ("commands", "its commands (signed)"),

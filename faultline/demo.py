@@ -28,7 +28,7 @@ from faultline.pipeline import (
     publish_capture,
     wait_for_end,
 )
-from faultline.preflight import preflight, where
+from faultline.preflight import preflight
 from faultline.simulate import Fleet
 from faultline.terminal import plural, to_json
 from producers.delivery import EventPublisher
@@ -108,7 +108,7 @@ def run_demo(settings: Settings, seconds: float = 20, json_out: bool = False) ->
         stop.set()
         watcher.join(5)
         worker.stop()
-    _say(f"done: {plural(rows, 'row')} archived to {where(settings.archive_url)} (namespace {namespace}).")
+    _say(f"done: {plural(rows, 'row')} archived to {settings.archive_shown} (namespace {namespace}).")
     if decided is not None:
         print(to_json(decided))
     return 0

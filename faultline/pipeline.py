@@ -82,7 +82,8 @@ class CorrelatorWorker:
                 env.pop(key, None)
             else:
                 env[key] = value
-        env.update(FAULTLINE_KAFKA=bootstrap, FAULTLINE_NAMESPACE=namespace)
+        # A replay's or demo's own namespace, thrown away after: development mode (keys are used when set).
+        env.update(FAULTLINE_KAFKA=bootstrap, FAULTLINE_NAMESPACE=namespace, FAULTLINE_DEV_MODE="true")
         logdir = settings.data_dir / "logs"
         logdir.mkdir(parents=True, exist_ok=True)
         self.log_path = logdir / f"worker-{namespace}{f'-{name}' if name else ''}.log"

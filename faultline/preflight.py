@@ -19,18 +19,14 @@ import logging
 import re
 from pathlib import Path
 
+from common.redact import mask_url
 from common.settings import Settings
 from faultline.errors import Unavailable, UsageError
 from sinks.archive.store import Archive
 
-__all__ = ["check_policy", "open_archive", "preflight", "where"]
+__all__ = ["check_policy", "open_archive", "preflight"]
 
 log = logging.getLogger("faultline.preflight")
-
-
-def where(url: str) -> str:
-    """The archive URL as it may be printed: credentials masked."""
-    return re.sub(r"//[^/@]*@", "//***@", url)
 
 
 def check_policy(policy: Path | None) -> None:
@@ -76,7 +72,7 @@ def open_archive(settings: Settings) -> Archive:
         else:
             hint = ("check that ClickHouse runs there and the user may read it, or unset FAULTLINE_ARCHIVE to "
                     "use the embedded archive under FAULTLINE_DATA_DIR")
-        raise Unavailable(f"the archive at {where(url)} (FAULTLINE_ARCHIVE) could not be opened: {reason}. "
+        raise Unavailable(f"the archive at {mask_url(url)} (FAULTLINE_ARCHIVE) could not be opened: {reason}. "
                           f"{hint[0].upper()}{hint[1:]}.") from exc
 
 
@@ -88,5 +84,5 @@ def preflight(settings: Settings) -> str:
     with open_archive(settings):
         pass
     bootstrap = ensure_broker(settings)
-    log.info("pre-flight checks passed: policy, archive %s, broker %s", where(settings.archive_url), bootstrap)
+    log.info("pre-flight checks passed: policy, archive %s, broker %s", settings.archive_shown, bootstrap)
     return bootstrap

@@ -351,7 +351,7 @@ def run_agent(config_path: Path, settings: Settings) -> int:
     config.state_dir.mkdir(parents=True, exist_ok=True)
     agent = Agent(config, _publisher(config, settings))
     if config.metrics_port:
-        start_http_server(config.metrics_port)
+        start_http_server(config.metrics_port, addr=settings.metrics_bind)
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         log.info("signal %d: stopping", signum)

@@ -7,9 +7,11 @@ record with its topic's model and writes batches (by size or age) to the
 committed (synchronously) after, so a crash between the two only re-delivers
 records the archive already holds, and the archive's writes are idempotent.
 When the archive fails, the sink backs off (bounded exponential), commits
-nothing and writes the same batch again. A record that does not decode becomes
-a row in the archive's ``deadletters`` table, with the reason; it never stops
-the sink.
+nothing and writes the same batch again -- unless the error is one retrying
+cannot fix (a value the column cannot hold: :mod:`sinks.archive_errors`); then
+the records that fail alone become dead letters and the rest are written. A
+record that does not decode becomes a row in the archive's ``deadletters``
+table, with the reason; neither ever stops the sink.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from pydantic import BaseModel
 from common import metrics as stage_metrics
 from common.deadletters import dead_letter
 from sinks.archive.store import Archive
+from sinks.archive_errors import write_isolating
+from streams.decisions import DeadLetter
 from streams.topics import TOPICS, topic_name
 
 __all__ = [
@@ -315,14 +319,29 @@ class ArchiveSink:
         return [TopicPartition(t, p, max(o, positions.get((t, p), -1))) for (t, p), o in batch.offsets.items()]
 
     def _write(self, batch: _Batch) -> int:
+        """Write every table of the batch; records the archive refuses for good become dead letters.
+
+        Only what retrying cannot fix is set aside (:mod:`sinks.archive_errors`); any other error is
+        raised, and the caller retries the batch.
+        """
         rows = 0
+        refused: list[DeadLetter] = []
+        topics = {suffix: topic for topic, suffix in self.topics.items()}
         for suffix, (table, method) in _ROUTES.items():
             records = batch.records.get(suffix)
             if records:
-                written: int = getattr(self.archive, method)(records)
+                written, letters = write_isolating(getattr(self.archive, method), records,
+                                                   f"archive-sink:{topics[suffix]}")
+                refused += letters
                 ROWS_WRITTEN.labels(table=table).inc(written)
                 stage_metrics.RECORDS_OUT.labels("sink", table).inc(written)
                 rows += written
+        if refused:
+            DEAD_LETTERS.inc(len(refused))
+            stage_metrics.DEAD_LETTERS.labels("sink").inc(len(refused))
+            log.warning("archive sink: %d records the archive refuses for good set aside as dead letters (first: "
+                        "%s)", len(refused), refused[0].reason[:300])
+            rows += self.archive.write_deadletters(refused)
         return rows
 
     def _forget_reached(self, pending: dict[tuple[str, int], int]) -> None:

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from streams.ranges import UInt32
+
 __all__ = [
     "CATEGORIES",
     "COMMAND_TYPES",
@@ -86,7 +88,7 @@ class Incident(_Model):
     opened_at: datetime
     severity: Severity
     state: str
-    version: int = 1
+    version: UInt32 = 1  # the archive's column
     updated_at: datetime | None = None
     summary: str = ""
     evidence: list[str] = Field(default_factory=list)
@@ -109,8 +111,10 @@ class Command(_Model):
     requires_approval: bool = False
     params: dict[str, Any] = Field(default_factory=dict)
     reason: str = ""
-    # Set by the correlator when signing keys are configured (streams/signing.py); executors that
-    # hold the keys refuse commands unsigned, tampered with, signed by an unknown key or expired.
+    # Set by the correlator when it signs (streams/signing.py): executors refuse commands unsigned,
+    # tampered with, signed by an unknown key, expired, or signed for another namespace or cluster.
+    namespace: str | None = None
+    cluster: str | None = None
     expires_at: datetime | None = None
     signature: str | None = None
 
@@ -124,10 +128,17 @@ class CommandResult(_Model):
     at: datetime
     executor: str
     detail: str = ""
+    # Signed with an executor key (streams/signing.py): executors learn only from results of their own kind.
+    signature: str | None = None
 
 
 class Approval(_Model):
-    """A person's decision on a command that requires approval (``faultline approve`` / ``deny``)."""
+    """A person's decision on a command that requires approval (``faultline approve`` / ``deny``).
+
+    It names the exact command: its id and ``command_hash`` (streams/canonical.py), so it can
+    release that content only, never another command that reuses the id. Signed with the
+    operator's key, whose key id is ``by``.
+    """
 
     schema_version: int = 1
     command: str
@@ -135,6 +146,8 @@ class Approval(_Model):
     by: str
     at: datetime
     reason: str = ""
+    command_hash: str | None = None
+    signature: str | None = None
 
 
 class DeadLetter(_Model):

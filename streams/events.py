@@ -16,6 +16,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from streams.identifiers import GpuId, JobId, NodeId
+from streams.ranges import Int32, Int64, NonNegInt32
+
 __all__ = [
     "SCHEMA_VERSION",
     "GpuRef",
@@ -70,14 +73,14 @@ class GpuRef(_Model):
     NVML's ``00000000:C1:00.0`` compare equal.
     """
 
-    index: int | None = None
-    uuid: str | None = None
+    index: Int32 | None = None
+    uuid: GpuId | None = None
     pci: str | None = None
 
 
 class GpuInfo(_Model):
-    index: int
-    uuid: str | None = None
+    index: Int32
+    uuid: GpuId | None = None
     pci: str | None = None
     name: str | None = None
     power_domain: str | None = None
@@ -204,9 +207,9 @@ class WorkerExit(_Model):
 
 
 class RankAllocation(_Model):
-    node: str
-    gpus: list[int] = Field(default_factory=list)
-    ranks: list[int] = Field(default_factory=list)
+    node: NodeId
+    gpus: list[Int32] = Field(default_factory=list)
+    ranks: list[NonNegInt32] = Field(default_factory=list)
 
 
 class Elasticity(_Model):
@@ -273,29 +276,29 @@ class AgentHeartbeat(_Model):
 
 class TrainStep(_Model):
     kind: Literal["train_step"] = "train_step"
-    step: int
+    step: Int64
     loss: float | None = None
     samples_per_s: float | None = None
 
 
 class CheckpointSaved(_Model):
     kind: Literal["checkpoint_saved"] = "checkpoint_saved"
-    step: int
+    step: Int64
     path: str | None = None
-    bytes: int | None = None
+    bytes: Int64 | None = None
     seconds: float | None = None
 
 
 class CheckpointFailed(_Model):
     kind: Literal["checkpoint_failed"] = "checkpoint_failed"
-    step: int | None = None
+    step: Int64 | None = None
     path: str | None = None
     error: str = ""
 
 
 class CheckpointLoaded(_Model):
     kind: Literal["checkpoint_loaded"] = "checkpoint_loaded"
-    step: int | None = None
+    step: Int64 | None = None
     path: str | None = None
 
 
@@ -374,10 +377,11 @@ class Event(_Model):
     id: str
     ts: datetime
     source: str
-    node: str | None = None
-    job: str | None = None
-    rank: int | None = None
-    local_rank: int | None = None
+    # Identifiers reach command lines (streams/identifiers.py); ranks the archive's Int32 column.
+    node: NodeId | None = None
+    job: JobId | None = None
+    rank: NonNegInt32 | None = None
+    local_rank: NonNegInt32 | None = None
     body: Body
 
     @property

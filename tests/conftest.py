@@ -20,6 +20,10 @@ import pytest
 
 KAFKA_ENV = "FAULTLINE_KAFKA"
 
+# The tests run in development mode (common/settings.py): stages start without production keys.
+# A test of the production posture removes it (monkeypatch.delenv).
+os.environ.setdefault("FAULTLINE_DEV_MODE", "true")
+
 
 # --------------------------------------------------------------------------- Kafka broker
 

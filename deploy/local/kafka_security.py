@@ -1,7 +1,9 @@
-"""Authentication (SASL/SCRAM-SHA-512) and authorization (ACLs) for the local Kafka broker.
+"""Authentication (SASL/SCRAM-SHA-512), TLS and authorization (ACLs) for the local Kafka broker.
 
 A :class:`BrokerAuth` handed to :class:`deploy.local.kafka.LocalKafka` turns its client
-listener into ``SASL_PLAINTEXT`` with SCRAM-SHA-512, so a client without valid credentials is
+listener into ``SASL_PLAINTEXT`` with SCRAM-SHA-512 -- or, with ``tls`` (:func:`make_tls`: a
+private CA and a broker certificate for 127.0.0.1, made with ``openssl``), ``SASL_SSL`` --
+so a client without valid credentials (or that does not trust the CA) is
 refused, and (``authorize=True``, the default) turns on KRaft's ``StandardAuthorizer`` with
 ``allow.everyone.if.no.acl.found=false``: a user may do only what an ACL grants it
 (:mod:`deploy.acls` holds the per-service table), except the admin, a super user::
@@ -31,6 +33,8 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +48,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-__all__ = ["BrokerAuth", "SCRAM_MECHANISM", "SCRAM_ITERATIONS", "write_private"]
+__all__ = ["BrokerAuth", "SCRAM_MECHANISM", "SCRAM_ITERATIONS", "TlsFiles", "make_tls", "write_private"]
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 SCRAM_ITERATIONS = 8192
@@ -70,6 +74,41 @@ def write_private(path: Path, text: str) -> None:
 
 
 @dataclass(frozen=True)
+class TlsFiles:
+    """A private CA and the broker's key and certificate chain (PEM), as :func:`make_tls` writes them."""
+
+    ca: Path  # the CA certificate: what clients trust (FAULTLINE_KAFKA_SSL_CA_FILE)
+    keystore: Path  # the broker's private key (PKCS#8) and certificate chain, readable by us only
+
+
+def make_tls(directory: Path, host: str = "127.0.0.1", days: int = 2) -> TlsFiles:
+    """A fresh private CA and a broker certificate for ``host`` (and localhost), with ``openssl``."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RuntimeError("openssl is needed to make the test CA: apt-get install openssl")
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key, ca, key, csr, cert = (directory / n for n in ("ca.key", "ca.pem", "broker.key", "broker.csr", "broker.pem"))
+    ext = directory / "broker.ext"
+    ext.write_text(f"subjectAltName=IP:{host},DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], check=True, capture_output=True, timeout=60)
+
+    run("req", "-x509", *ec, "-keyout", str(ca_key), "-out", str(ca), "-days", str(days),
+        "-subj", "/CN=faultline test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    run("req", *ec, "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={host}")
+    run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
+        "-out", str(cert), "-days", str(days), "-extfile", str(ext))
+    keystore = directory / "broker-keystore.pem"
+    write_private(keystore, key.read_text() + cert.read_text() + ca.read_text())
+    for secret in (ca_key, key):
+        secret.unlink()
+    return TlsFiles(ca=ca, keystore=keystore)
+
+
+@dataclass(frozen=True)
 class BrokerAuth:
     """SCRAM-SHA-512 on the client listener, PLAIN on the controller listener, ACLs if ``authorize``.
 
@@ -79,34 +118,48 @@ class BrokerAuth:
     admin_password: str = field(repr=False)
     admin_user: str = "admin"
     authorize: bool = True
+    tls: TlsFiles | None = None  # SASL_SSL instead of SASL_PLAINTEXT on the client listener
 
     def __post_init__(self) -> None:
         _check_safe("the admin user", self.admin_user)
         _check_safe("the admin password", self.admin_password)
 
     @classmethod
-    def generate(cls, authorize: bool = True) -> BrokerAuth:
+    def generate(cls, authorize: bool = True, tls: TlsFiles | None = None) -> BrokerAuth:
         """An admin with a fresh random password."""
-        return cls(admin_password=secrets.token_urlsafe(24), authorize=authorize)
+        return cls(admin_password=secrets.token_urlsafe(24), authorize=authorize, tls=tls)
+
+    @property
+    def protocol(self) -> str:
+        """The client listener's security protocol."""
+        return "SASL_SSL" if self.tls else "SASL_PLAINTEXT"
 
     # ----------------------------------------------------------------------- broker side
 
     def server_properties(self, listener_host: str, port: int, controller_port: int) -> dict[str, str]:
         """The broker settings that replace LocalKafka's plaintext listeners."""
         admin = f'username="{self.admin_user}" password="{self.admin_password}"'
+        proto, name = self.protocol, self.protocol.lower()
         props = {
-            "listeners": f"SASL_PLAINTEXT://{listener_host}:{port},CONTROLLER://{listener_host}:{controller_port}",
-            "advertised.listeners": f"SASL_PLAINTEXT://{listener_host}:{port}",
-            "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
-            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "listeners": f"{proto}://{listener_host}:{port},CONTROLLER://{listener_host}:{controller_port}",
+            "advertised.listeners": f"{proto}://{listener_host}:{port}",
+            "listener.security.protocol.map": f"{proto}:{proto},CONTROLLER:SASL_PLAINTEXT",
+            "inter.broker.listener.name": proto,
             "sasl.enabled.mechanisms": SCRAM_MECHANISM,
             "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
-            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": f"{_SCRAM_LOGIN} required {admin};",
+            f"listener.name.{name}.scram-sha-512.sasl.jaas.config": f"{_SCRAM_LOGIN} required {admin};",
             "sasl.mechanism.controller.protocol": "PLAIN",
             "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
             "listener.name.controller.plain.sasl.jaas.config":
                 f'{_PLAIN_LOGIN} required {admin} user_{self.admin_user}="{self.admin_password}";',
         }
+        if self.tls is not None:  # the broker presents its certificate and trusts the CA (for itself)
+            props |= {
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(self.tls.keystore),
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(self.tls.ca),
+            }
         if self.authorize:
             props |= {
                 "authorizer.class.name": _STANDARD_AUTHORIZER,
@@ -124,12 +177,15 @@ class BrokerAuth:
     def client_config(self, user: str | None = None, password: str = "") -> dict[str, Any]:
         """librdkafka security settings for ``user`` and ``password`` (default: the admin's); add
         ``bootstrap.servers``."""
-        return {
-            "security.protocol": "SASL_PLAINTEXT",
+        conf = {
+            "security.protocol": self.protocol,
             "sasl.mechanism": SCRAM_MECHANISM,
             "sasl.username": user or self.admin_user,
             "sasl.password": password if user else self.admin_password,
         }
+        if self.tls is not None:
+            conf["ssl.ca.location"] = str(self.tls.ca)
+        return conf
 
     def add_users(self, bootstrap: str, users: Mapping[str, str], timeout: float = 30.0) -> None:
         """Create (or reset) SCRAM-SHA-512 credentials for ``users`` (name -> password), as the admin."""

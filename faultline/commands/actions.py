@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import sys
 import uuid
 from datetime import UTC, datetime
 
@@ -44,8 +45,9 @@ def register(add: Add) -> None:
     for verb, example in examples.items():
         v = add(verb, f"{verb.capitalize()} a command that waits for a person (sent to the approvals topic).",
                 example)
-        v.add_argument("id", help="the command id (from its waiting_approval result)")
-        v.add_argument("--by", help="who decides (default: your login name)")
+        v.add_argument("id", help="the command id (from its waiting_approval result); the decision names its "
+                       "exact content, signed with FAULTLINE_OPERATOR_KEYS")
+        v.add_argument("--by", help="who decides: your operator key's id (default: it; without a key, your login)")
         v.add_argument("--reason", default="", help="why, for the record")
         v.add_argument("--json", action="store_true", help="print the decision sent as JSON")
         v.set_defaults(run=_decide)
@@ -53,12 +55,32 @@ def register(add: Add) -> None:
 
 def _decide(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.pipeline import ensure_broker
-    from sinks.executors.approvals import send_decision
+    from sinks.executors.approvals import find_command, send_decision
     from streams.decisions import Approval
+    from streams.signing import approval_for, sign_approval
 
-    approval = Approval(command=args.id, decision="approve" if args.cmd == "approve" else "deny",
-                        by=args.by or getpass.getuser(), at=datetime.now(UTC), reason=args.reason)
-    send_decision(settings.kafka_config(ensure_broker(settings)), settings.namespace, approval)
+    conf = settings.kafka_config(ensure_broker(settings))
+    try:
+        cmd = find_command(conf, settings.namespace, args.id)
+    except LookupError as exc:
+        print(f"faultline {args.cmd}: {exc}", file=sys.stderr)
+        return 1
+    keys = settings.operators()
+    by = args.by or (keys.active if keys else getpass.getuser())
+    if keys is not None and by != keys.active:
+        print(f"faultline {args.cmd}: --by {by} is not the key id of your operator key ({keys.active}): a "
+              "decision is signed as the person whose key signs it", file=sys.stderr)
+        return 1
+    target = " ".join(f"{k}={v}" for k, v in cmd.target.model_dump().items() if v)
+    print(f"{args.cmd} {cmd.id}: {cmd.type} {target} ({cmd.reason or 'no reason given'})", file=sys.stderr)
+    approval = approval_for(cmd, Approval(command=cmd.id, decision="approve" if args.cmd == "approve" else "deny",
+                                          by=by, at=datetime.now(UTC), reason=args.reason))
+    if keys is not None:
+        approval = sign_approval(approval, keys)
+    else:
+        print(f"faultline {args.cmd}: FAULTLINE_OPERATOR_KEYS is unset: this decision is unsigned, and executors "
+              "in production ignore it", file=sys.stderr)
+    send_decision(conf, settings.namespace, approval)
     if args.json:
         print(to_json({"sent_to": topic_name(settings.namespace, "approvals"),
                        "approval": json.loads(approval.model_dump_json())}))

@@ -65,7 +65,6 @@ def _progress(total: int) -> Iterator[Callable[[int], None]]:
 
 def _replay(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.pipeline import replay
-    from faultline.preflight import where
     from faultline.terminal import plural, to_json
 
     if not args.capture.is_file():
@@ -80,7 +79,7 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
     out = run.contract()
     print(f"replayed {plural(run.lines, 'line')} ({run.bad} bad) as {plural(run.events, 'event')} in namespace "
           f"{run.namespace}; {plural(len(out['incidents']), 'incident')}, {plural(len(out['commands']), 'command')}; "
-          f"{plural(run.archived_rows, 'row')} archived to {where(settings.archive_url)}", file=sys.stderr)
+          f"{plural(run.archived_rows, 'row')} archived to {settings.archive_shown}", file=sys.stderr)
     if args.json:
         print(to_json(out))
     else:

@@ -35,7 +35,8 @@ def register(add: Add) -> None:
             "faultline executor run --backend slurm --fleet-size 512")
     e.add_argument("action", choices=["run"])
     e.add_argument("--backend", choices=["slurm", "kubernetes", "webhook"], required=True)
-    e.add_argument("--url", help="webhook: where tickets and notifications are POSTed")
+    e.add_argument("--url", help="webhook: where tickets and notifications are POSTed, without credentials "
+                   "(a URL with a token: FAULTLINE_WEBHOOK_URL; a bearer token: FAULTLINE_WEBHOOK_TOKEN)")
     e.add_argument("--name", help="executor name (default: the backend's); names its results, ledger and group")
     e.add_argument("--dry-run", action="store_true", help="report what would run; change nothing")
     e.add_argument("--state-dir", type=Path, help="where the ledger lives (default: <data_dir>/executors)")
@@ -64,13 +65,19 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
+    from common.settings import MissingKeys
     from correlators.app import make_app
     from faultline.preflight import check_policy
 
     check_policy(settings.policy)  # a bad FAULTLINE_POLICY is one line here, not a crash inside Faust
 
     sys.argv = ["faultline", "worker", "-l", "info" if args.verbose else "warn", "--without-web"]
-    make_app(settings).main()
+    try:
+        app = make_app(settings)
+    except MissingKeys as exc:
+        print(f"faultline worker: {exc}", file=sys.stderr)
+        return 1
+    app.main()
     return 0
 
 
@@ -78,12 +85,12 @@ def _serve_metrics(settings: Settings) -> None:
     if settings.metrics_port:
         from prometheus_client import start_http_server
 
-        start_http_server(settings.metrics_port)
+        start_http_server(settings.metrics_port, addr=settings.metrics_bind)
 
 
 def _sink(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.pipeline import ensure_broker
-    from faultline.preflight import open_archive, where
+    from faultline.preflight import open_archive
     from sinks.archive_sink import ArchiveSink
 
     stop = threading.Event()
@@ -92,21 +99,29 @@ def _sink(args: argparse.Namespace, settings: Settings) -> int:
     _serve_metrics(settings)
     with open_archive(settings) as archive, \
             ArchiveSink(archive, bootstrap, settings.namespace, consumer_config=settings.kafka_config(bootstrap)) as sink:
-        print(f"archiving {settings.namespace}.* from {bootstrap} into {where(settings.archive_url)}", file=sys.stderr)
+        print(f"archiving {settings.namespace}.* from {bootstrap} into {settings.archive_shown}", file=sys.stderr)
         sink.run(stop)
     return 0
 
 
 def _executor(args: argparse.Namespace, settings: Settings) -> int:
     from common.kafka_admin import create_namespace_topics
+    from common.settings import MissingKeys
     from faultline.pipeline import ensure_broker
-    from sinks.executors.launch import ExecutorOptions, make_executor
+    from sinks.executors.launch import ExecutorOptions, make_executor, trust_from, webhook_url
     from sinks.executors.runner import ExecutorRunner
 
+    try:
+        trust = trust_from(settings)
+        url = webhook_url(settings, args.url) if args.backend == "webhook" else None
+    except (MissingKeys, ValueError) as exc:
+        print(f"faultline executor: {exc}", file=sys.stderr)
+        return 1
+    token = settings.webhook_token.get_secret_value() if settings.webhook_token else None
     options = ExecutorOptions(backend=args.backend, state_dir=args.state_dir or settings.data_dir / "executors",
-                              name=args.name, dry_run=args.dry_run, url=args.url, fleet_size=args.fleet_size,
+                              name=args.name, dry_run=args.dry_run, url=url, fleet_size=args.fleet_size,
                               max_share=args.max_share, window=timedelta(minutes=args.window_min),
-                              keys=settings.signing())
+                              trust=trust, webhook_token=token)
     conf = settings.kafka_config(ensure_broker(settings))
     create_namespace_topics(conf, settings.namespace)
     _serve_metrics(settings)

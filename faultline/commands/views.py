@@ -12,6 +12,9 @@ from faultline.errors import Failure, UsageError
 
 __all__ = ["register"]
 
+_DEV_MODE_BANNER = ("DEVELOPMENT MODE (FAULTLINE_DEV_MODE=true): workers and executors run without production keys; "
+                    "commands, approvals and results may be unsigned. Never in production.")
+
 
 def register(add: Add) -> None:
     st = add("status", "Open incidents, fenced hardware, commands waiting for approval, pipeline health.",
@@ -66,20 +69,22 @@ def _operator_view(args: argparse.Namespace, settings: Settings) -> int:
         print_status,
         status_data,
     )
-    from faultline.preflight import open_archive, where
+    from faultline.preflight import open_archive
     from faultline.terminal import to_json
     from faultline.timeline_html import render_timeline
 
     with open_archive(settings) as archive:
         if args.cmd == "status":
-            data = status_data(archive)
+            data = {**status_data(archive), "dev_mode": settings.dev_mode}
+            if settings.dev_mode and not args.json:
+                print(_DEV_MODE_BANNER)
             print(to_json(data)) if args.json else print_status(data)
             return 0
         ids = [args.id] if args.cmd == "incident" else job_incidents(archive, args.job)
         stories = [d for i in ids if (d := incident_data(archive, i)) is not None]
     if not stories:
         what = f"incident {args.id}" if args.cmd == "incident" else f"incidents of job {args.job}"
-        raise Failure(f"no {what} in {where(settings.archive_url)}; check the id with `faultline status` "
+        raise Failure(f"no {what} in {settings.archive_shown}; check the id with `faultline status` "
                       "(or FAULTLINE_ARCHIVE, if it is another archive)")
     for n, story in enumerate(stories):
         print(to_json(story)) if args.json else print_incident(story)

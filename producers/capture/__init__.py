@@ -17,6 +17,13 @@ Envelope: ``ts`` (RFC 3339 with an offset, ``Z`` accepted, years 2000..2100,
 stored in UTC) and ``source`` are required; ``node``, ``job`` (strings),
 ``rank``, ``local_rank`` (integers) are copied when present.
 
+Identifiers follow one grammar (:mod:`streams.identifiers`): a node, GPU or job
+id that a command line could read as more than one thing (``gpu-[001-999]``,
+``a,b``, ``ALL``, whitespace, an option) is an ``invalid_value``. Numbers must
+fit where they go: ranks the archive's ``Int32`` column (0..2**31-1), and any
+integer of the line ±(2**53-1), what every stage and the canonical JSON of
+signed records read exactly (:mod:`streams.ranges`).
+
 Per source (required fields in brackets):
 
 ==============  ==================================  =====================================

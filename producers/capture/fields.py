@@ -7,13 +7,15 @@ check types strictly: an integer field takes a JSON integer, not ``3.0``, ``"3"`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["BAD_KINDS", "MAX_LINE_BYTES", "BadInput", "BadKind", "Obj", "build", "opt_int", "opt_str", "req_bool",
-           "req_int", "req_list", "req_object", "req_str", "require", "show", "too_long", "validate"]
+__all__ = ["BAD_KINDS", "MAX_LINE_BYTES", "SAFE_INTEGER", "BadInput", "BadKind", "Obj", "build", "loads", "opt_ident",
+           "opt_int", "opt_str", "req_bool", "req_ident", "req_int", "req_list", "req_object", "req_str", "require",
+           "show", "too_long", "validate"]
 
 Obj = Mapping[str, Any]
 M = TypeVar("M", bound=BaseModel)
@@ -68,11 +70,84 @@ def opt_str(obj: Obj, key: str) -> str | None:
     raise BadInput(f"field {key!r} must be a string, got {show(value)}", "wrong_type")
 
 
-def opt_int(obj: Obj, key: str) -> int | None:
+def opt_int(obj: Obj, key: str, lo: int | None = None, hi: int | None = None) -> int | None:
+    """An optional integer field, within ``lo..hi`` when given (the archive column's range)."""
     value = obj.get(key)
-    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BadInput(f"field {key!r} must be an integer, got {show(value)}", "wrong_type")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise BadInput(f"field {key!r} is {show(value)}, outside {lo}..{hi}", "invalid_value")
+    return value
+
+
+Why = Callable[[object], "str | None"]
+
+
+def opt_ident(obj: Obj, key: str, why_not: Why) -> str | None:
+    """An optional identifier field (node, GPU, job), checked against its grammar (streams/identifiers.py)."""
+    value = opt_str(obj, key)
+    if value is not None and (why := why_not(value)) is not None:
+        raise BadInput(f"field {key!r}: {why}", "invalid_value")
+    return value
+
+
+def req_ident(obj: Obj, key: str, source: str, why_not: Why) -> str:
+    """A required identifier field, checked against its grammar."""
+    value = req_str(obj, key, source)
+    if (why := why_not(value)) is not None:
+        raise BadInput(f"{source}: field {key!r}: {why}", "invalid_value")
+    return value
+
+
+#: The largest integer a line may hold: I-JSON's (RFC 7493), what every JSON reader and the
+#: canonical form of signed records (RFC 8785) read exactly, inside every Int64 archive column.
+SAFE_INTEGER = 2**53 - 1
+
+
+class _TooBig(Exception):
+    """An integer past :data:`SAFE_INTEGER`, met while decoding (located afterwards, off the fast path)."""
+
+
+def _checked_int(text: str) -> int:
+    if len(text) > 15:  # 16+ characters: possibly past 2**53 - 1 (9,007,199,254,740,991)
+        value = int(text)
+        if not -SAFE_INTEGER <= value <= SAFE_INTEGER:
+            raise _TooBig(value)
         return value
-    raise BadInput(f"field {key!r} must be an integer, got {show(value)}", "wrong_type")
+    return int(text)
+
+
+_DECODER = json.JSONDecoder(parse_int=_checked_int)
+
+
+def loads(text: str) -> Any:
+    """``json.loads``, refusing (as bad input naming the field) an integer no stage or archive column can hold.
+
+    The check rides on the decoder's own integer parsing, so a usual line costs almost nothing
+    more; only a refused line is walked again to say where the integer is.
+    """
+    try:
+        return _DECODER.decode(text)
+    except _TooBig:
+        where, value = _big_integer(json.loads(text))
+        raise BadInput(f"field {where or 'value'!r}: integer {show(value)} is outside -(2**53-1)..2**53-1, the "
+                       "range every stage reads exactly", "invalid_value") from None
+
+
+def _big_integer(obj: object) -> tuple[str, int]:
+    """Where the first integer past :data:`SAFE_INTEGER` is in ``obj`` (a dotted path), and it."""
+    stack: list[tuple[str, object]] = [("", obj)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > SAFE_INTEGER:
+            return where, value
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{key}" if where else str(key), item) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
+    return "", 0
 
 
 def require(obj: Obj, key: str, source: str) -> Any:
@@ -122,6 +197,11 @@ def build(model: type[M], obj: Obj, fields: tuple[str, ...], source: str) -> M:
     return validate(model, {key: obj[key] for key in fields if obj.get(key) is not None}, source)
 
 
+# Pydantic error types of a value of the right type that breaks a rule (a grammar, a range).
+_VALUE_ERRORS = frozenset({"value_error", "greater_than", "greater_than_equal", "less_than", "less_than_equal",
+                           "string_too_long", "string_too_short", "string_pattern_mismatch"})
+
+
 def validate(model: type[M], data: Obj, source: str) -> M:
     """``model`` from ``data``, strictly; a validation error is bad input."""
     try:
@@ -129,5 +209,6 @@ def validate(model: type[M], data: Obj, source: str) -> M:
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(part) for part in err["loc"]) or model.__name__
-        kind: BadKind = "missing_field" if err["type"] == "missing" else "wrong_type"
+        kind: BadKind = ("missing_field" if err["type"] == "missing" else
+                         "invalid_value" if err["type"] in _VALUE_ERRORS else "wrong_type")
         raise BadInput(f"{source}: field {where!r}: {err['msg']}", kind) from None

@@ -7,9 +7,22 @@ import json
 import re
 from datetime import UTC, datetime
 
-from producers.capture.fields import MAX_LINE_BYTES, BadInput, Obj, opt_int, opt_str, show, too_long
+from pydantic import ValidationError
+
+from producers.capture.fields import (
+    MAX_LINE_BYTES,
+    BadInput,
+    Obj,
+    loads,
+    opt_ident,
+    opt_int,
+    show,
+    too_long,
+)
 from producers.capture.sources import SOURCES, bodies_of
 from streams.events import Event
+from streams.identifiers import why_not_job, why_not_node
+from streams.ranges import INT32_MAX
 
 __all__ = ["parse_capture_line"]
 
@@ -36,7 +49,9 @@ def _decode(raw: bytes | str) -> tuple[bytes, Obj]:
     if not text.strip():
         raise BadInput("empty line", "not_json")
     try:
-        obj = json.loads(text)
+        obj = loads(text)
+    except BadInput:
+        raise
     except (ValueError, RecursionError) as exc:
         raise BadInput(f"not JSON: {exc}", "not_json") from None
     if not isinstance(obj, dict):
@@ -96,11 +111,17 @@ def parse_capture_line(raw: bytes | str) -> list[Event]:
     data, obj = _decode(raw)
     source = _source(obj)
     ts = _timestamp(obj)
-    node, job = opt_str(obj, "node"), opt_str(obj, "job")
-    rank, local_rank = opt_int(obj, "rank"), opt_int(obj, "local_rank")
+    node, job = opt_ident(obj, "node", why_not_node), opt_ident(obj, "job", why_not_job)
+    # The archive's rank column is Int32; a rank is never negative.
+    rank, local_rank = opt_int(obj, "rank", 0, INT32_MAX), opt_int(obj, "local_rank", 0, INT32_MAX)
     bodies = bodies_of(source, obj)
     ids = _event_ids(data, len(bodies))
-    return [
-        Event(id=id_, ts=ts, source=source, node=node, job=job, rank=rank, local_rank=local_rank, body=body)
-        for id_, body in zip(ids, bodies, strict=True)
-    ]
+    try:
+        return [
+            Event(id=id_, ts=ts, source=source, node=node, job=job, rank=rank, local_rank=local_rank, body=body)
+            for id_, body in zip(ids, bodies, strict=True)
+        ]
+    except ValidationError as exc:  # a rule of the event schema the checks above did not name
+        err = exc.errors()[0]
+        where = ".".join(str(part) for part in err["loc"]) or "event"
+        raise BadInput(f"{source}: field {where!r}: {err['msg']}", "invalid_value") from None

@@ -17,6 +17,7 @@ from producers.capture.fields import (
     BadInput,
     Obj,
     build,
+    opt_ident,
     opt_int,
     opt_str,
     req_bool,
@@ -48,6 +49,8 @@ from streams.events import (
     TrainStep,
 )
 from streams.gpu_ids import short_pci
+from streams.identifiers import why_not_gpu
+from streams.ranges import INT32_MAX, INT32_MIN
 
 __all__ = ["SOURCES", "bodies_of"]
 
@@ -60,9 +63,11 @@ def _gpu_info(value: object) -> GpuInfo:
     if not isinstance(value, dict):
         raise BadInput(f"inventory: each gpu must be an object, got {show(value)}", "wrong_type")
     index = req_int(value, "index", "inventory gpu")
+    if not INT32_MIN <= index <= INT32_MAX:
+        raise BadInput(f"inventory gpu: index {show(index)} is outside the 32-bit range", "invalid_value")
     return GpuInfo(
         index=index,
-        uuid=opt_str(value, "uuid"),
+        uuid=opt_ident(value, "uuid", why_not_gpu),
         pci=_short_pci(opt_str(value, "pci_bus_id")),
         name=opt_str(value, "name"),
         power_domain=opt_str(value, "power_domain"),
@@ -89,8 +94,8 @@ def _nvml(obj: Obj) -> list[Body]:
     req_str(obj, "node", "nvml")
     gpu = req_object(obj, "gpu", "nvml")
     ref = {
-        "index": opt_int(gpu, "index"),
-        "uuid": opt_str(gpu, "uuid"),
+        "index": opt_int(gpu, "index", INT32_MIN, INT32_MAX),
+        "uuid": opt_ident(gpu, "uuid", why_not_gpu),
         "pci": _short_pci(opt_str(gpu, "pci_bus_id")),
     }
     if ref["index"] is None and ref["uuid"] is None and ref["pci"] is None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import Field, SecretStr
 
+from common.child_env import minimal_env
 from producers.bmc.sel import parse_sel_line
 from producers.node.state import load_state, save_state
 from producers.registry import SourceContext, SourceSettings
@@ -74,7 +75,7 @@ class Ipmitool:
         timeout_s: float = 20.0,
     ) -> None:
         self._prefix = [executable]
-        self._env = dict(os.environ)
+        self._env = minimal_env()  # not the agent's environment, with its Kafka password
         if host:
             self._prefix += ["-I", interface, "-H", host, "-U", user or "", "-E"]
             self._env[_PASSWORD_ENV] = password.get_secret_value() if password else ""

@@ -28,6 +28,7 @@ import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 from pydantic_core import to_json
 
+from common.redact import mask_url
 from sinks.archive.migrations import DEFAULT_RAW_TTL_DAYS, TABLES, migrate, set_raw_ttl
 from streams.decisions import Command, CommandResult, DeadLetter, Incident
 from streams.events import Event
@@ -124,13 +125,13 @@ def _target(url: str) -> str:
     parsed = urlparse(url)
     if parsed.scheme == "chdb":
         if not parsed.path or parsed.netloc:
-            raise ValueError(f"chdb archive url must be chdb:///absolute/path, got {url!r}")
+            raise ValueError(f"chdb archive url must be chdb:///absolute/path, got {mask_url(url)!r}")
         path = os.path.realpath(parsed.path)
         os.makedirs(path, exist_ok=True)
         return f"chdb://{path}"
     if parsed.scheme in ("http", "https"):
         return url
-    raise ValueError(f"archive url must be chdb:///path or http(s)://host:port, got {url!r}")
+    raise ValueError(f"archive url must be chdb:///path or http(s)://host:port, got {mask_url(url)!r}")
 
 
 class Archive:

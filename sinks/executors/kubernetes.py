@@ -120,6 +120,12 @@ class KubernetesBackend:
         except ExecutionError:
             return None
 
+    def knows_node(self, node: str) -> bool:
+        """Whether the cluster lists a Node of this name (the executor acts on no other)."""
+        with _api("list nodes"):
+            items = self.api.list_node(_request_timeout=self.timeout_s).items
+        return any(n.metadata is not None and n.metadata.name == node for n in items)
+
     def plan(self, cmd: Command) -> str:
         node, gpu, job = cmd.target.node, cmd.target.gpu, cmd.target.job
         if cmd.type == "cordon_node":

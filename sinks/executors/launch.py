@@ -11,18 +11,21 @@ real executor believe a command was carried out.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
+from common.settings import Settings
 from sinks.executors.approvals import ApprovalBook
 from sinks.executors.breaker import CircuitBreaker
 from sinks.executors.core import Backend, Executor
 from sinks.executors.ledger import ResultLedger
+from sinks.executors.trust import Trust
 from streams.signing import SigningKeys
 
-__all__ = ["BackendKind", "ExecutorOptions", "make_backend", "make_executor"]
+__all__ = ["BackendKind", "ExecutorOptions", "make_backend", "make_executor", "trust_from", "webhook_url"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,32 @@ class ExecutorOptions:
     min_nodes: int = 1
     timeout_s: float = 30.0
     keys: SigningKeys | None = None  # verify the correlator's signatures (None: accept unsigned commands)
+    trust: Trust | None = None  # every key and the scope (sinks/executors/trust.py); None: Trust(commands=keys)
+    webhook_token: str | None = field(default=None, repr=False)  # webhook only: sent as a bearer token
+
+
+def trust_from(settings: Settings) -> Trust:
+    """What an executor started with ``settings`` verifies; raises :class:`MissingKeys` (production, no keys)."""
+    settings.require_keys("executor")
+    return Trust(commands=settings.signing(), operators=settings.operators(), executors=settings.executors(),
+                 namespace=settings.namespace, cluster=settings.cluster)
+
+
+def webhook_url(settings: Settings, given: str | None) -> str:
+    """The webhook's URL: FAULTLINE_WEBHOOK_URL (a secret), or ``--url`` when it holds no credentials.
+
+    A command line is public (``ps``, shell history, the process table of every container
+    runtime): a URL with a password or a query string (where tokens go) is refused there.
+    """
+    if settings.webhook_url is not None:
+        return settings.webhook_url.get_secret_value()
+    if not given:
+        raise ValueError("the webhook backend needs a URL: set FAULTLINE_WEBHOOK_URL")
+    parts = urlsplit(given)
+    if "@" in parts.netloc or parts.query:
+        raise ValueError("--url must not carry credentials (user info or a query string: the command line is "
+                         "public); put the URL in FAULTLINE_WEBHOOK_URL and a token in FAULTLINE_WEBHOOK_TOKEN")
+    return given
 
 
 def make_backend(opts: ExecutorOptions) -> Backend:
@@ -59,8 +88,9 @@ def make_backend(opts: ExecutorOptions) -> Backend:
     from sinks.executors.webhook import WebhookBackend
 
     if not opts.url:
-        raise ValueError("the webhook backend needs --url")
-    return WebhookBackend(opts.url, timeout_s=min(opts.timeout_s, 10.0))
+        raise ValueError("the webhook backend needs a URL: set FAULTLINE_WEBHOOK_URL (or --url without credentials)")
+    headers = {"Authorization": f"Bearer {opts.webhook_token}"} if opts.webhook_token else None
+    return WebhookBackend(opts.url, timeout_s=min(opts.timeout_s, 10.0), headers=headers)
 
 
 def make_executor(opts: ExecutorOptions, backend: Backend | None = None) -> Executor:
@@ -74,6 +104,10 @@ def make_executor(opts: ExecutorOptions, backend: Backend | None = None) -> Exec
                     "every fencing command until it is known", name)
     breaker = CircuitBreaker(max_share=opts.max_share, window=opts.window, fleet_size=fleet,
                              min_nodes=opts.min_nodes)
-    if opts.keys is None:
-        log.warning("executor %s: no FAULTLINE_SIGNING_KEYS: unsigned commands will run (development only)", name)
-    return Executor(backend, ledger, ApprovalBook(), breaker, dry_run=opts.dry_run, name=name, keys=opts.keys)
+    trust = opts.trust if opts.trust is not None else Trust(commands=opts.keys)
+    for keys, setting, what in ((trust.commands, "FAULTLINE_SIGNING_KEYS", "unsigned commands will run"),
+                                (trust.operators, "FAULTLINE_OPERATOR_KEYS", "unsigned approvals release commands"),
+                                (trust.executors, "FAULTLINE_EXECUTOR_KEYS", "unsigned results teach the ledger")):
+        if keys is None:
+            log.warning("executor %s: no %s: %s (development only)", name, setting, what)
+    return Executor(backend, ledger, ApprovalBook(), breaker, dry_run=opts.dry_run, name=name, trust=trust)

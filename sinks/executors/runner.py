@@ -9,7 +9,9 @@ The runner is the executor core's only contact with the broker:
   re-delivers the command, and the ledger turns it into a duplicate.
 * **approvals** — read from the beginning at every start (no group: the
   approvals view is rebuilt, it is small), then followed; each new decision
-  goes to :meth:`Executor.decide`, which may run a held command.
+  goes to :meth:`Executor.decide`, which may run a held command. A decision
+  that is not an operator's (unsigned, unknown key, no content hash) goes to
+  ``deadletters`` with the reason.
 * **command-results** — read to its end at start and whenever the group
   hands this runner partitions, so the ledger knows every id this executor
   (under its name, on any machine) has settled before it sees a command.
@@ -209,10 +211,15 @@ class ExecutorRunner:
 
     def _on_approval(self, msg: Message) -> None:
         approval = self._decode(msg, Approval)
-        if approval is not None:
-            result = self.executor.decide(approval, self.clock())
-            if result is not None:
-                self._publish(result)
+        if approval is None:
+            return
+        why = self.executor.refuse_approval(approval)
+        if why is not None:
+            self._dead_letter(msg, f"refused: {why}")
+            return
+        result = self.executor.decide(approval, self.clock())
+        if result is not None:
+            self._publish(result)
 
     def _on_result(self, msg: Message) -> None:
         value = msg.value()
@@ -235,8 +242,7 @@ class ExecutorRunner:
                 cmd = Command.model_validate_json(value)
             except ValidationError:
                 continue
-            if cmd.id in missing:
-                self.executor.attach(cmd)
+            if cmd.id in missing and self.executor.attach(cmd, self.clock()):
                 missing.discard(cmd.id)
         if missing:
             log.warning("executor %s: commands held for approval but gone from the topic: %s",
@@ -283,10 +289,12 @@ class ExecutorRunner:
         try:
             return model.model_validate_json(value)
         except ValidationError as exc:
-            letter = dead_letter(f"executor:{self.executor.name}:{msg.topic()}", f"{type(exc).__name__}: {exc}",
-                                 value, self.clock())
-            self._deliver(self._topics["deadletters"], letter.stage, letter)
+            self._dead_letter(msg, f"{type(exc).__name__}: {exc}")
             return None
+
+    def _dead_letter(self, msg: Message, reason: str) -> None:
+        letter = dead_letter(f"executor:{self.executor.name}:{msg.topic()}", reason, msg.value() or b"", self.clock())
+        self._deliver(self._topics["deadletters"], letter.stage, letter)
 
     def _commit(self, msg: Message) -> None:
         try:

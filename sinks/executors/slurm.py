@@ -33,20 +33,29 @@ What each command does:
 
 A node already drained for a reason that is not ours is left as it is, and
 never resumed by us: someone else took it out for their own reasons.
+
+Identifiers are checked again here, before any argument is built
+(:mod:`streams.identifiers`): ``scontrol`` reads ``NodeName=`` and
+``ExcNodeList=`` as hostlists, so ``gpu-[001-999]``, ``a,b`` or ``ALL`` would
+act on many nodes. The executor core also asks :meth:`SlurmBackend.knows_node`
+(``sinfo``) before acting: only nodes of this cluster are touched. The
+``scontrol`` processes get a minimal environment (``PATH``, the locale and
+Slurm's own ``SLURM_*`` variables), not the executor's with its keys.
 Several faultline fences of one node share its reason:
 ``faultline: <incident> <category> gpu=<gpu>; <incident> <category>``.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 
+from common.child_env import minimal_env
 from sinks.executors.core import ExecutionError, excluded_nodes, require
 from streams.decisions import Command
+from streams.identifiers import why_not_gpu, why_not_job, why_not_node
 
 __all__ = ["SlurmBackend", "CommandLine", "Run", "SUPPORTED_TYPES", "REASON_PREFIX"]
 
@@ -61,7 +70,8 @@ _REASON = re.compile(r"\sReason=(.*?)(?:\s+\[[^\]@]*@[^\]]*\])?\s*$")
 
 
 class CommandLine:
-    """Runs a command line with a timeout; its standard output, or :class:`ExecutionError`."""
+    """Runs a command line with a timeout and a minimal environment; its standard output, or
+    :class:`ExecutionError`."""
 
     def __init__(self, timeout_s: float = 30.0, env: Mapping[str, str] | None = None) -> None:
         self.timeout_s = timeout_s
@@ -71,7 +81,7 @@ class CommandLine:
         shown = shlex.join(args)
         try:
             done = subprocess.run(list(args), capture_output=True, text=True, timeout=self.timeout_s,
-                                  env={**os.environ, **self.env} if self.env else None, check=False)
+                                  env=minimal_env(("SLURM_",), self.env), check=False)
         except subprocess.TimeoutExpired as exc:
             raise ExecutionError(f"{shown}: no answer within {self.timeout_s:g}s") from exc
         except OSError as exc:
@@ -97,12 +107,20 @@ class SlurmBackend:
 
     def fleet_size(self) -> int | None:
         try:
-            out = self.run(["sinfo", "--noheader", "--Node", "--format=%N"])
+            return len(self.nodes()) or None
         except ExecutionError:
             return None
-        return len({line.strip() for line in out.splitlines() if line.strip()}) or None
+
+    def nodes(self) -> set[str]:
+        """The node names of this cluster, as ``sinfo`` lists them (asked each time: fleets change)."""
+        out = self.run(["sinfo", "--noheader", "--Node", "--format=%N"])
+        return {line.strip() for line in out.splitlines() if line.strip()}
+
+    def knows_node(self, node: str) -> bool:
+        return node in self.nodes()
 
     def plan(self, cmd: Command) -> str:
+        _check_identifiers(cmd)
         node, job = cmd.target.node, cmd.target.job
         if cmd.type in ("cordon_node", "drain_node", "quarantine_gpu"):
             reason = f"{REASON_PREFIX} {_entry(cmd)}"
@@ -119,6 +137,7 @@ class SlurmBackend:
         return f"scontrol requeue {job}"
 
     def execute(self, cmd: Command) -> str:
+        _check_identifiers(cmd)
         if cmd.type == "restart_job":
             return self._restart(require(cmd, "job"), excluded_nodes(cmd))
         node = require(cmd, "node")
@@ -205,6 +224,15 @@ class SlurmBackend:
             raise ExecutionError(f"job name {job!r} matches {len(ids)} active jobs ({', '.join(ids) or 'none'}): "
                                  "not guessing")
         return ids[0]
+
+
+def _check_identifiers(cmd: Command) -> None:
+    """Refuse, before any argument is built, identifiers that scontrol would read as more than one thing."""
+    checks = [(why_not_node, cmd.target.node), (why_not_gpu, cmd.target.gpu), (why_not_job, cmd.target.job)]
+    checks += [(why_not_node, node) for node in excluded_nodes(cmd)]
+    for why_not, value in checks:
+        if value is not None and (why := why_not(value)) is not None:
+            raise ExecutionError(f"not passed to scontrol: {why}")
 
 
 def _entry(cmd: Command) -> str:

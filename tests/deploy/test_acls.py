@@ -41,6 +41,12 @@ def test_only_the_correlator_touches_its_state_snapshots() -> None:
     assert all(g.pattern == "literal" for g in grants)
 
 
+def test_operators_read_the_commands_they_decide_on_and_write_no_command() -> None:
+    """An approval names the exact content of the command it releases (issue 15): the operator reads it first."""
+    assert _can("operator", "READ", "commands") and not _can("operator", "WRITE", "commands")
+    assert not _can("operator", "READ", "approvals")
+
+
 def test_the_sink_only_reads() -> None:
     assert {g.operation for g in acl_plan(NS) if g.service == "sink"} == {"READ"}
 

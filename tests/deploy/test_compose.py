@@ -203,3 +203,55 @@ def test_every_shipped_agent_config_is_valid(path: str, tmp_path: Path) -> None:
             continue  # not a config error: a device or tool this machine lacks
         if source is not None:
             source.close()
+
+
+# --------------------------------------------------------------------------- least exposure (issue 15)
+
+
+def test_every_published_port_listens_on_loopback_only() -> None:
+    services = _config()["services"]
+    published = {name: s["ports"] for name, s in services.items() if s.get("ports")}
+    assert {"kafka", "prometheus", "alertmanager", "grafana", "agent"} <= set(published)
+    for name, ports in published.items():
+        assert all(p.get("host_ip") == "127.0.0.1" for p in ports), (name, ports)
+
+
+def test_the_broker_requires_sasl_on_every_listener_and_has_an_authorizer() -> None:
+    env = _config()["services"]["kafka"]["environment"]
+    protocols = dict(pair.split(":") for pair in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert set(protocols.values()) == {"SASL_PLAINTEXT"}, protocols
+    listeners = env["KAFKA_LISTENERS"].split(",")
+    assert {item.split(":")[0] for item in listeners} == set(protocols)
+    assert "CONTROLLER://localhost:" in env["KAFKA_LISTENERS"]  # the controller: inside the container only
+    for name in protocols:
+        assert "PlainLoginModule required" in env[f"KAFKA_LISTENER_NAME_{name}_PLAIN_SASL_JAAS_CONFIG"], name
+    assert env["KAFKA_AUTHORIZER_CLASS_NAME"].endswith("StandardAuthorizer")
+    assert env["KAFKA_SUPER_USERS"] == "User:faultline-admin"
+    stages = _config()["services"]
+    for name in ("correlator", "sink", "executor", "topics"):
+        assert stages[name]["environment"]["FAULTLINE_KAFKA_SECURITY_PROTOCOL"] == "SASL_PLAINTEXT", name
+
+
+def test_prometheus_has_no_lifecycle_api() -> None:
+    assert not [a for a in _config()["services"]["prometheus"]["command"] if "lifecycle" in a]
+
+
+def test_the_stages_take_their_keys_from_env_and_refuse_to_start_without() -> None:
+    services = _config()["services"]
+    example = _env_keys(ENV_EXAMPLE)
+    for name, keys in {"correlator": ("FAULTLINE_SIGNING_KEYS", "FAULTLINE_SNAPSHOT_KEY"),
+                       "executor": ("FAULTLINE_SIGNING_KEYS", "FAULTLINE_OPERATOR_KEYS", "FAULTLINE_EXECUTOR_KEYS"),
+                       "executor-slurm": ("FAULTLINE_SIGNING_KEYS", "FAULTLINE_OPERATOR_KEYS",
+                                          "FAULTLINE_EXECUTOR_KEYS")}.items():
+        env = services[name]["environment"]
+        assert all(env[key] == example[key] for key in keys), name
+        assert "FAULTLINE_DEV_MODE" not in env, name
+    raw = COMPOSE.read_text()
+    for key in ("FAULTLINE_SIGNING_KEYS", "FAULTLINE_SNAPSHOT_KEY", "FAULTLINE_OPERATOR_KEYS", "FAULTLINE_EXECUTOR_KEYS"):
+        assert f"${{{key}:?set {key} in .env}}" in raw, key
+
+
+def test_no_secret_is_on_a_command_line() -> None:
+    for name, service in _config()["services"].items():
+        command = " ".join(service.get("command") or [])
+        assert "--url" not in command and "PASSWORD" not in command and "KEYS" not in command, (name, command)

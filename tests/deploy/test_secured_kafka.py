@@ -1,11 +1,14 @@
-"""Secured Kafka: a broker that requires SASL/SCRAM-SHA-512 and enforces ACLs, with every stage on it.
+"""Secured Kafka: a broker that requires TLS and SASL/SCRAM-SHA-512 (SASL_SSL) and enforces ACLs,
+with every stage on it.
 
 One broker for the module (:class:`deploy.local.kafka.LocalKafka` with a
-:class:`~deploy.local.kafka_security.BrokerAuth`; never the shared plaintext one): clients
-without credentials or with a wrong password are refused; a replay (producer, Faust worker,
-readers, archive sink) runs through it and decides as offline; the password is in no log; and
-with the ACL plan of :mod:`deploy.acls` applied, each service's own user does its job and is
-refused the rest.
+:class:`~deploy.local.kafka_security.BrokerAuth` whose TLS certificate a private CA of the test
+signed; never the shared plaintext one): clients without credentials, with a wrong password or
+that do not trust the CA are refused; a replay (producer, Faust worker, readers, archive sink)
+runs through it, verifying the broker against the CA (``FAULTLINE_KAFKA_SSL_CA_FILE``), and
+decides as offline; the password is in no log; and with the ACL plan of :mod:`deploy.acls`
+applied, each service's own user does its job and is refused the rest, the correlator's
+internal topics (state snapshots, the ``emitted`` changelog) included.
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from common.kafka_admin import create_namespace_topics
 from common.kafka_reader import read_topic
 from common.settings import Settings
-from deploy.acls import SERVICES, acl_plan, apply_acls
+from deploy.acls import SERVICES, acl_plan, apply_acls, correlator_app_id
 from deploy.local.kafka import LocalKafka
-from deploy.local.kafka_security import BrokerAuth
+from deploy.local.kafka_security import BrokerAuth, make_tls
 from faultline.outcome import collate, decide_offline
 from faultline.pipeline import (
     CorrelatorWorker,
@@ -40,7 +43,7 @@ from faultline.pipeline import (
     wait_for_end,
 )
 from producers.delivery import EventPublisher
-from sinks.executors.approvals import send_decision
+from sinks.executors.approvals import find_command, send_decision
 from sinks.executors.launch import ExecutorOptions, make_executor
 from sinks.executors.runner import ExecutorRunner
 from streams.decisions import Approval, CommandResult
@@ -78,8 +81,9 @@ class Secured:
         user, password = ((f"faultline-{service}", self.passwords[service]) if service
                           else (self.auth.admin_user, self.auth.admin_password))
         return Settings(kafka=self.bootstrap, data_dir=tmp, namespace=namespace, archive=f"chdb://{tmp}/archive",
-                        kafka_security_protocol="SASL_PLAINTEXT", kafka_sasl_mechanism="SCRAM-SHA-512",
-                        kafka_username=user, kafka_password=password)
+                        kafka_security_protocol=self.auth.protocol, kafka_sasl_mechanism="SCRAM-SHA-512",
+                        kafka_username=user, kafka_password=password,
+                        kafka_ssl_ca_file=self.auth.tls.ca if self.auth.tls else None)
 
     def secrets(self) -> list[str]:
         return [self.auth.admin_password, *self.passwords.values()]
@@ -87,7 +91,7 @@ class Secured:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
-    auth = BrokerAuth.generate()
+    auth = BrokerAuth.generate(tls=make_tls(tmp_path_factory.mktemp("secured-kafka-ca")))
     with LocalKafka(tmp_path_factory.mktemp("secured-kafka"), heap="256m", auth=auth) as kafka:
         passwords = {service: secrets.token_urlsafe(18) for service in SERVICES}
         auth.add_users(kafka.bootstrap, {f"faultline-{s}": p for s, p in passwords.items()})
@@ -116,6 +120,16 @@ def test_no_credentials_or_a_wrong_password_is_refused(secured: Secured) -> None
     assert any(e.code() == KafkaError._AUTHENTICATION for e in unknown), unknown
     # ... while the right password is let in (so the refusals above are about the credentials)
     assert AdminClient(secured.conf("agent")).list_topics(timeout=30).brokers
+
+
+def test_the_listener_is_tls_and_a_client_that_does_not_trust_its_ca_is_refused(secured: Secured) -> None:
+    assert secured.auth.protocol == "SASL_SSL" and secured.conf("agent")["security.protocol"] == "SASL_SSL"
+    no_ca = {**secured.conf("agent"), "ssl.ca.location": "/etc/ssl/certs/ca-certificates.crt"}  # the system's CAs
+    untrusted = _errors_of(no_ca)
+    assert any(e.code() == KafkaError._SSL for e in untrusted), untrusted
+    plain_sasl = {**secured.conf("agent"), "security.protocol": "SASL_PLAINTEXT"}
+    plain_sasl.pop("ssl.ca.location")
+    _errors_of(plain_sasl)  # SASL without TLS: the broker closes the connection
 
 
 def test_a_replay_through_the_secured_broker_decides_as_offline_and_logs_no_secret(
@@ -151,6 +165,9 @@ def governed(secured: Secured, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A namespace with its topics (created by the admin) and the ACL plan applied."""
     namespace = f"acl-{secrets.token_hex(4)}"
     create_namespace_topics(secured.admin_conf(), namespace, partitions=1)
+    admin = AdminClient(secured.admin_conf())  # the correlator's internal topics, as a first worker makes them
+    for future in admin.create_topics([NewTopic(name, 1, 1) for name in _internal(namespace).values()]).values():
+        future.result(timeout=30)
     grants = acl_plan(namespace)
     report = apply_acls(secured.admin_conf(), grants)
     assert len(report) == len(grants) and all(line.startswith("created ") for line in report), report
@@ -215,6 +232,7 @@ def test_each_service_does_its_job_as_its_own_user(secured: Secured, governed: s
     results = _executor_results(secured.conf("executor"), governed, tmp_path, want=len(commands))
     assert {r.command for r in results} == {c.id for c in commands}
     held = next((c for c in commands if c.requires_approval), commands[0])
+    assert find_command(secured.conf("operator"), governed, held.id) == held  # operators read what they decide
     send_decision(secured.conf("operator"), governed,
                   Approval(command=held.id, decision="approve", by="alice", at=datetime.now(UTC)))
 
@@ -294,6 +312,38 @@ def test_a_service_may_not_read_what_it_does_not_need(secured: Secured, governed
                                                       group: str, refusal: int) -> None:
     err = _read_error(secured.conf(service), topic_name(governed, suffix), f"{governed}.{group}")
     assert err is not None and err.code() == refusal, err
+
+
+def _internal(namespace: str) -> dict[str, str]:
+    """The correlator's own topics: its state snapshots and the ``emitted`` table's changelog."""
+    app = correlator_app_id(namespace)
+    return {"snapshots": f"{app}-snapshots", "changelog": f"{app}-emitted-changelog"}
+
+
+OTHERS = [s for s in SERVICES if s != "correlator"]
+
+
+@pytest.mark.parametrize("internal", ["snapshots", "changelog"])
+@pytest.mark.parametrize("service", OTHERS)
+def test_no_other_service_may_write_the_correlators_internal_topics(secured: Secured, governed: str, service: str,
+                                                                    internal: str) -> None:
+    """A forged snapshot or changelog entry would be state the correlator trusts: only it may write them."""
+    err = _produce_error(secured.conf(service), _internal(governed)[internal])
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+
+
+@pytest.mark.parametrize("internal", ["snapshots", "changelog"])
+@pytest.mark.parametrize(("service", "group"), [("sink", "archive"), ("executor", "executor.probe")])
+def test_no_other_service_may_read_the_correlators_internal_topics(secured: Secured, governed: str, service: str,
+                                                                   group: str, internal: str) -> None:
+    err = _read_error(secured.conf(service), _internal(governed)[internal], f"{governed}.{group}")
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+
+
+def test_the_correlator_may_write_its_internal_topics(secured: Secured, governed: str) -> None:
+    """The control case for the two tests above."""
+    for name in _internal(governed).values():
+        assert _produce_error(secured.conf("correlator"), name) is None
 
 
 @pytest.mark.parametrize("service", SERVICES)

@@ -128,6 +128,9 @@ class Recorder:
     def fleet_size(self) -> int | None:
         return 100
 
+    def knows_node(self, node: str) -> bool:
+        return True
+
 
 class Background:
     """Runs ``loop(stop)`` in a thread; keeps what it raised."""

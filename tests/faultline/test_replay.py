@@ -106,3 +106,6 @@ def test_with_signing_keys_every_command_leaves_the_worker_signed(settings: Sett
     assert keys is not None and run.commands
     for cmd in run.commands:
         assert verify(Command.model_validate(cmd.model_dump()), keys, datetime.now(UTC)) is None
+        # ... for the namespace and cluster it was judged in (issue 15, finding 5)
+        assert verify(cmd, keys, datetime.now(UTC), namespace=run.namespace, cluster=signed.cluster) is None
+        assert verify(cmd, keys, datetime.now(UTC), namespace="faultline", cluster=signed.cluster) is not None

@@ -215,3 +215,16 @@ def test_drain_passes_transaction_markers(kafka_bootstrap: str, namespace: str,
     committed = probe.committed([TopicPartition(events, p) for p in ends], timeout=10)
     probe.close()
     assert {tp.partition: tp.offset for tp in committed} == ends
+
+
+def test_a_value_the_archive_cannot_store_does_not_stall_the_sink(
+        produce: Produce, sink_for: Callable[[str], ArchiveSink], archive: Archive, sample: Sample) -> None:
+    """Issue 15, finding 6: a rank of 2**70 parsed, then made every insert fail; the sink retried forever."""
+    poison = sample.events[0].model_dump(mode="json") | {"id": "poison", "rank": 2**70}
+    import json
+
+    produce("events", [*sample.events[:2], json.dumps(poison).encode(), *sample.events[2:4]])
+    assert sink_for("a").drain(timeout_s=60) == 5
+    assert archive.count("events") == 4
+    [letter] = archive.query("SELECT * FROM deadletters FINAL")
+    assert '"poison"' in letter["raw"] and "rank" in letter["reason"]

@@ -46,3 +46,93 @@ def test_keys_are_validated_and_never_shown() -> None:
         SigningKeys.parse("k1:short")
     with pytest.raises(ValueError):
         SigningKeys.parse("")
+
+
+# --- issue 15, findings 2, 4 and 5 ------------------------------------------------------------------
+
+
+def test_a_signature_covers_namespace_and_cluster() -> None:
+    signed = sign(CMD, KEYS, NOW, timedelta(hours=1), namespace="faultline", cluster="east")
+    assert verify(signed, KEYS, NOW, namespace="faultline", cluster="east") is None
+    assert verify(signed, KEYS, NOW, namespace="faultline.replay-1", cluster="east") == (
+        "signed for namespace 'faultline', not this executor's 'faultline.replay-1'")
+    assert verify(signed, KEYS, NOW, namespace="faultline", cluster="west") == (
+        "signed for cluster 'east', not this executor's 'west'")
+    moved = signed.model_copy(update={"cluster": "west"})  # re-labelled for another cluster: the MAC breaks
+    assert verify(moved, KEYS, NOW, namespace="faultline", cluster="west") == "bad signature (tampered with?)"
+
+
+def test_what_is_signed_is_rfc8785_json_that_any_language_can_rebuild() -> None:
+    import hashlib
+    import hmac
+    import json
+
+    import rfc8785
+
+    signed = sign(CMD, KEYS, NOW, timedelta(hours=1), namespace="faultline", cluster="east")
+    wire = json.loads(signed.model_dump_json())  # what a Go or Java executor receives
+    scheme, kid, mac = wire.pop("signature").split(":")
+    document = {k: v for k, v in wire.items() if v is not None}
+    document["target"] = {k: v for k, v in document["target"].items() if v is not None}
+    want = hmac.new(b"0123456789abcdef-new", rfc8785.dumps(document), hashlib.sha256).hexdigest()
+    assert (scheme, kid, mac) == ("hmac-sha256", "k2", want)
+
+
+@pytest.mark.parametrize("signature", [
+    "hmac-sha256:k2:" + "\u00e9" * 64,  # not ASCII: compare_digest raised TypeError (finding 4)
+    "hmac-sha256:k2:\u2603",
+    "hmac-sha256:\u00e9:" + "0" * 64,
+    "hmac-sha256:k2:" + "0" * 63,
+    "hmac-sha256:k2:" + "G" * 64,
+    "hmac-sha256::" + "0" * 64,
+    "hmac-sha256",
+    ":::",
+    "\x00",
+])
+def test_a_malformed_signature_is_a_refusal_never_an_exception(signature: str) -> None:
+    assert verify(CMD.model_copy(update={"signature": signature}), KEYS, NOW) == "malformed signature"
+
+
+def test_rotation_with_retirement() -> None:
+    """New key signs, old key verifies until it is retired from the verifiers' setting."""
+    before = SigningKeys.parse("k1:0123456789abcdef-old")
+    during = SigningKeys.parse("k2:0123456789abcdef-new,k1:0123456789abcdef-old")
+    after = SigningKeys.parse("k2:0123456789abcdef-new")
+    from_old = sign(CMD, before, NOW, timedelta(hours=1))
+    from_new = sign(CMD, during, NOW, timedelta(hours=1))
+    assert from_new.signature and from_new.signature.startswith("hmac-sha256:k2:")
+    assert verify(from_old, during, NOW) is None and verify(from_new, during, NOW) is None
+    assert verify(from_old, after, NOW) == "unknown signing key 'k1'"
+    assert verify(from_new, after, NOW) is None
+
+
+def test_an_approval_is_signed_by_an_operator_key_whose_id_says_who() -> None:
+    from streams.canonical import content_hash
+    from streams.decisions import Approval
+    from streams.signing import approval_for, seal, sign_approval, verify_approval
+
+    operators = SigningKeys.parse("alice:alice-secret-0123456789,bob:bob-secret-0123456789")
+    alice = SigningKeys.parse("alice:alice-secret-0123456789")
+    cmd = sign(CMD, KEYS, NOW, timedelta(hours=1))
+    decision = Approval(command="ignored", decision="approve", by="whoever", at=NOW)
+    approved = sign_approval(approval_for(cmd, decision), alice)
+    assert (approved.command, approved.command_hash, approved.by) == (cmd.id, content_hash(cmd), "alice")
+    assert verify_approval(approved, operators) is None
+    assert verify_approval(approved.model_copy(update={"by": "bob"}), operators) == "bad signature (tampered with?)"
+    assert verify_approval(decision, operators) == "unsigned"
+    mallory = sign_approval(approval_for(cmd, decision), SigningKeys.parse("mallory:mallory-secret-0123456"))
+    assert verify_approval(mallory, operators) == "unknown signing key 'mallory'"
+    liar = seal(approval_for(cmd, decision).model_copy(update={"by": "bob"}), alice)  # alice signs as bob
+    assert verify_approval(liar, operators) == "signed with key 'alice' but says it is by 'bob'"
+
+
+def test_a_result_is_signed_by_an_executor_key() -> None:
+    from streams.decisions import CommandResult
+    from streams.signing import sign_result, verify_result
+
+    executors = SigningKeys.parse("exec-1:executor-secret-0123456789")
+    result = CommandResult(command="cmd-1", status="done", at=NOW, executor="slurm")
+    assert verify_result(sign_result(result, executors), executors) is None
+    assert verify_result(result, executors) == "unsigned"
+    forged = sign_result(result, executors).model_copy(update={"command": "cmd-2"})
+    assert verify_result(forged, executors) == "bad signature (tampered with?)"

@@ -150,3 +150,17 @@ def test_factory_reads_the_password_from_the_named_variable(tmp_path: Path, monk
     assert poller.interval_s == 5
     assert poller.poll(NOW)[0]["power"] == "off"
     assert (tmp_path / "args").read_text().splitlines()[-1] == "pw=from-env"
+
+
+def test_ipmitool_gets_a_minimal_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15, finding 7: ipmitool inherited the whole environment (the agent's Kafka password with it)."""
+    monkeypatch.setenv("FAULTLINE_KAFKA_PASSWORD", "kafka-password-the-bmc-tool-must-not-see")
+    fake = tmp_path / "ipmitool"
+    fake.write_text("#!/bin/sh\nenv\n")
+    fake.chmod(0o755)
+    local = Ipmitool(executable=str(fake))([])
+    remote = Ipmitool(executable=str(fake), host="bmc-n17", user="ops", password=SecretStr("bmc-pw-0123"))([])
+    for env in (local, remote):
+        assert "kafka-password-the-bmc-tool-must-not-see" not in env and "FAULTLINE_" not in env
+        assert any(line.startswith("PATH=") for line in env.splitlines())
+    assert "IPMI_PASSWORD=bmc-pw-0123" in remote.splitlines() and "IPMI_PASSWORD" not in local

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from streams.decisions import Approval, Command, CommandResult, Target
+from streams.signing import approval_for
 
 __all__ = ["T0", "at", "command", "approval", "result"]
 
@@ -26,8 +27,11 @@ def command(cid: str, ctype: str = "cordon_node", *, node: str | None = "gpu-nod
                    reason="gpu_off_bus: GPU fell off the bus")
 
 
-def approval(cid: str, decision: str = "approve", by: str = "alice", reason: str = "") -> Approval:
-    return Approval(command=cid, decision=decision, by=by, at=at(60), reason=reason)  # type: ignore[arg-type]
+def approval(cmd: Command | str, decision: str = "approve", by: str = "alice", reason: str = "") -> Approval:
+    """A decision on ``cmd``: bound to its exact content (id and hash), or naming an id only (a string)."""
+    made = Approval(command=cmd if isinstance(cmd, str) else cmd.id, decision=decision, by=by,  # type: ignore[arg-type]
+                    at=at(60), reason=reason)
+    return made if isinstance(cmd, str) else approval_for(cmd, made)
 
 
 def result(cid: str, status: str, executor: str = "fake", seconds: float = 0) -> CommandResult:

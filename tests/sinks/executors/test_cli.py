@@ -34,6 +34,11 @@ def namespace(kafka_bootstrap: str, unique_name: str, monkeypatch: pytest.Monkey
 
 def test_approve_and_deny_publish_a_decision_keyed_by_command(
         kafka_bootstrap: str, namespace: str, capsys: pytest.CaptureFixture[str]) -> None:
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for cid in ("cmd-1", "cmd-2"):  # a decision names the exact command: it must be on the topic
+        producer.produce(topic_name(namespace, "commands"), key=cid.encode(),
+                         value=command(cid, "reboot_node").model_dump_json().encode())
+    assert producer.flush(30) == 0
     assert main(["approve", "cmd-1", "--by", "alice", "--reason", "checkpoint is fresh"]) == 0
     assert main(["deny", "cmd-2", "--by", "bob"]) == 0
     assert capsys.readouterr().out.splitlines() == ["approved cmd-1 as alice", "denied cmd-2 as bob"]
@@ -74,3 +79,30 @@ def test_executor_run_dry_run_reports_what_it_would_do_and_stops_on_sigterm(
                              "'Reason=faultline: inc-3 gpu_off_bus'")
     assert proc.returncode == 0, err
     assert list(tmp_path.iterdir()) == []  # a dry run keeps no ledger
+
+
+def test_approve_signs_with_the_operators_key_and_names_the_exact_command(
+        kafka_bootstrap: str, namespace: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 15, finding 2: approvals were unsigned, `--by` was whatever the caller said, and an id
+    not yet issued could be approved."""
+    from streams.canonical import content_hash
+    from streams.signing import SigningKeys, verify_approval
+
+    monkeypatch.setenv("FAULTLINE_OPERATOR_KEYS", "alice:alice-secret-0123456789")
+    held = command("cmd-reboot-9", "reboot_node")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(topic_name(namespace, "commands"), key=held.id.encode(), value=held.model_dump_json().encode())
+    assert producer.flush(30) == 0
+
+    assert main(["approve", "cmd-not-issued-yet"]) == 1
+    assert "no command cmd-not-issued-yet" in capsys.readouterr().err
+    assert main(["approve", held.id, "--by", "bob"]) == 1
+    assert "not the key id of your operator key (alice)" in capsys.readouterr().err
+    assert main(["approve", held.id, "--reason", "drained already"]) == 0
+    assert capsys.readouterr().out.strip() == f"approved {held.id} as alice"
+
+    [decision] = [Approval.model_validate_json(v)
+                  for v in read_topic({"bootstrap.servers": kafka_bootstrap}, topic_name(namespace, "approvals"))]
+    assert decision.command_hash == content_hash(held) and decision.by == "alice"
+    assert verify_approval(decision, SigningKeys.parse("alice:alice-secret-0123456789,bob:bob-secret-0123456")) is None

@@ -41,6 +41,11 @@ class FakeBackend:
     def fleet_size(self) -> int | None:
         return 100
 
+    def knows_node(self, node: str) -> bool:
+        return node not in self.unknown
+
+    unknown: frozenset[str] = frozenset()
+
 
 @pytest.fixture
 def backend() -> FakeBackend:
@@ -80,32 +85,34 @@ def test_a_backend_bug_fails_the_command_without_stopping_the_executor(backend: 
 
 def test_approval_required_waits_then_runs_when_approved(backend: FakeBackend) -> None:
     ex = executor(backend)
-    held = ex.handle(command("c1", "restart_job", node=None, job="llm", requires_approval=True), at(0))
+    c1 = command("c1", "restart_job", node=None, job="llm", requires_approval=True)
+    held = ex.handle(c1, at(0))
     assert held.status == "waiting_approval" and "faultline approve c1" in held.detail
     assert ex.handle(command("c1", "restart_job", node=None, job="llm", requires_approval=True),
                      at(1)).status == "skipped_duplicate"
     assert backend.executed == []
-    done = ex.decide(approval("c1", by="alice"), at(60))
+    done = ex.decide(approval(c1, by="alice"), at(60))
     assert done is not None and done.status == "done" and "approved by alice" in done.detail
     assert backend.executed == ["c1"]
-    assert ex.decide(approval("c1", "deny", by="bob"), at(61)) is None  # the first decision stands
+    assert ex.decide(approval(c1, "deny", by="bob"), at(61)) is None  # the first decision stands
 
 
 def test_denied_commands_never_run(backend: FakeBackend) -> None:
     ex = executor(backend)
-    ex.handle(command("c1", "reboot_node", requires_approval=True), at(0))
-    denied = ex.decide(approval("c1", "deny", by="bob", reason="node is fine"), at(60))
+    c1 = command("c1", "reboot_node", requires_approval=True)
+    ex.handle(c1, at(0))
+    denied = ex.decide(approval(c1, "deny", by="bob", reason="node is fine"), at(60))
     assert denied is not None and denied.status == "denied"
     assert "bob" in denied.detail and "node is fine" in denied.detail
-    assert ex.decide(approval("c1", "approve"), at(61)) is None
+    assert ex.decide(approval(c1, "approve"), at(61)) is None
     assert ex.handle(command("c1", "reboot_node", requires_approval=True), at(62)).status == "skipped_duplicate"
     assert backend.executed == []
 
 
 def test_a_decision_that_arrives_first_is_applied_when_the_command_does(backend: FakeBackend) -> None:
     ex = executor(backend)
-    assert ex.decide(approval("c1"), at(0)) is None
-    assert ex.decide(approval("c2", "deny"), at(0)) is None
+    assert ex.decide(approval(command("c1", "drain_node", requires_approval=True)), at(0)) is None
+    assert ex.decide(approval(command("c2", "drain_node", node="n2", requires_approval=True), "deny"), at(0)) is None
     assert ex.handle(command("c1", "drain_node", requires_approval=True), at(1)).status == "done"
     assert ex.handle(command("c2", "drain_node", node="n2", requires_approval=True), at(1)).status == "denied"
     assert backend.executed == ["c1"]
@@ -157,7 +164,7 @@ def test_the_ledger_survives_a_restart(tmp_path: Path, backend: FakeBackend) -> 
 
     second = executor(backend, path)
     assert second.handle(command("c1"), at(10)).status == "skipped_duplicate"
-    done = second.decide(approval("c2"), at(20))  # held before the restart, approved after it
+    done = second.decide(approval(command("c2", "drain_node", requires_approval=True)), at(20))  # held before the restart, approved after it
     assert done is not None and done.status == "done"
     assert backend.executed == ["c1", "c2"]
 
@@ -184,7 +191,7 @@ def test_results_not_yet_published_are_owed_until_marked(backend: FakeBackend) -
     ex.published(done)
     ex.published(held)
     assert ex.recover(at(2)) == []
-    approved = ex.decide(approval("c2"), at(3))
+    approved = ex.decide(approval(command("c2", "reboot_node")), at(3))
     assert approved is not None and [r.status for r in ex.recover(at(4))] == ["done"]
 
 
@@ -210,14 +217,14 @@ def test_a_fresh_executor_rebuilt_from_the_results_topic_never_repeats(backend: 
     assert ex.handle(command("c1"), at(1)).status == "skipped_duplicate"
     assert ex.handle(command("c2"), at(1)).status == "skipped_duplicate"
     assert ex.handle(command("c3", node="n3"), at(1)).status == "done"
-    assert ex.attach(command("c4", "drain_node", node="n4", requires_approval=True))  # found on the topic
-    done = ex.decide(approval("c4"), at(2))
+    assert ex.attach(command("c4", "drain_node", node="n4", requires_approval=True), at(1))  # found on the topic
+    done = ex.decide(approval(command("c4", "drain_node", node="n4", requires_approval=True)), at(2))
     assert done is not None and done.status == "done"
 
     assert ex.absorb(result("c5", "waiting_approval"))  # its command comes round again instead
     assert ex.handle(command("c5", "drain_node", node="n5", requires_approval=True), at(3)).status == (
         "skipped_duplicate")
-    done = ex.decide(approval("c5"), at(4))
+    done = ex.decide(approval(command("c5", "drain_node", node="n5", requires_approval=True)), at(4))
     assert done is not None and done.status == "done"
     assert backend.executed == ["c3", "c4", "c5"]
     assert {r.command for r in ex.recover(at(5))} == {"c3", "c4", "c5"}  # c1, c2 were on the topic already

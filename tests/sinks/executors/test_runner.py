@@ -106,7 +106,7 @@ def test_commands_are_carried_out_once_and_approvals_release_held_ones(
         results.wait_for(3)
         assert results.by_command() == {"cmd-notify-1": ["done", "skipped_duplicate"],
                                         "cmd-ticket-1": ["waiting_approval"]}
-        send_decision(conf, namespace, approval("cmd-ticket-1", by="alice"))
+        send_decision(conf, namespace, approval(ticket, by="alice"))
         results.wait_for(4)
     finally:
         halt()
@@ -157,3 +157,36 @@ def test_an_undecodable_command_goes_to_dead_letters_and_the_rest_go_on(
         assert b"executor:webhook" in (msg.value() or b"")
     finally:
         letters.close()
+
+
+def test_a_malformed_signature_is_refused_and_the_runner_goes_on(
+        conf: dict[str, Any], namespace: str, hook: RecordingServer, tmp_path: Path) -> None:
+    """Issue 15, finding 4: a non-ASCII signature made the comparison raise, the offset was never
+    committed, and every restart crashed on it again."""
+    from datetime import UTC, datetime, timedelta
+
+    from sinks.executors.trust import Trust
+    from streams.signing import SigningKeys, sign
+
+    keys = SigningKeys.parse("k1:correlator-secret-0123456789")
+    now = datetime.now(UTC)
+    poison = sign(command("cmd-notify-poison", "notify", node=None, job="llm"), keys, now, timedelta(hours=1),
+                  namespace=namespace).model_copy(update={"signature": "hmac-sha256:k1:" + "\u00e9" * 64})
+    good = sign(command("cmd-notify-good", "notify", node=None, job="llm"), keys, now, timedelta(hours=1),
+                namespace=namespace)
+    producer = Producer(conf)
+    for cmd in (poison, good):
+        producer.produce(topic_name(namespace, "commands"), key=cmd.id.encode(), value=cmd.model_dump_json().encode())
+    assert producer.flush(30) == 0
+    results = Results(conf, namespace)
+    options = ExecutorOptions(backend="webhook", url=f"{hook.url}/tickets", state_dir=tmp_path,
+                              trust=Trust(commands=keys, namespace=namespace))
+    halt = running(ExecutorRunner(make_executor(options), conf, namespace))
+    try:
+        got = results.wait_for(2)
+    finally:
+        halt()
+        results.close()
+    assert [(r.command, r.status) for r in got] == [("cmd-notify-poison", "refused"), ("cmd-notify-good", "done")]
+    assert "malformed signature" in got[0].detail
+    assert [r.headers["idempotency-key"] for r in hook.requests][-1] == "cmd-notify-good"

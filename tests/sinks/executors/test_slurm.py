@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import pytest
 
-from sinks.executors.core import ExecutionError
+from sinks.executors.breaker import CircuitBreaker
+from sinks.executors.core import ExecutionError, Executor
+from sinks.executors.ledger import ResultLedger
 from sinks.executors.slurm import CommandLine, SlurmBackend
 from tests.producers.scheduler.slurm_cluster import SlurmCluster, wait_until
 
@@ -141,3 +144,43 @@ def test_a_failed_exclusion_leaves_the_job_held_and_says_so() -> None:
 def test_a_hung_command_times_out() -> None:
     with pytest.raises(ExecutionError, match="no answer within 0.2s"):
         CommandLine(timeout_s=0.2)(["sleep", "5"])
+
+
+# --- issue 15, finding 3: hostlist injection ----------------------------------------------------
+
+
+@pytest.mark.parametrize("node", ["gpu-[001-999]", "ALL", "n1,n2", "-h", "n1 n2"])
+def test_no_hostlist_reaches_scontrol(node: str) -> None:
+    calls: list[list[str]] = []
+
+    def run(args: Sequence[str]) -> str:
+        calls.append(list(args))
+        return "State=IDLE Reason=(null)\n"
+
+    slurm_backend = SlurmBackend(run)
+    for cmd in (command("c1", "cordon_node", node=node), command("c2", "reboot_node", node=node),
+                command("c3", "restart_job", node=None, job="77", params={"exclude": {"nodes": ["n0", node]}})):
+        with pytest.raises(ExecutionError, match="not passed to scontrol"):
+            slurm_backend.execute(cmd)
+        with pytest.raises(ExecutionError, match="not passed to scontrol"):
+            slurm_backend.plan(cmd)
+    assert calls == []
+
+
+def test_scontrol_gets_a_minimal_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAULTLINE_SIGNING_KEYS", "k1:a-secret-the-child-must-not-see")
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")
+    env = CommandLine(timeout_s=5)(["env"])
+    assert "a-secret-the-child-must-not-see" not in env and "FAULTLINE_" not in env
+    assert "SLURM_CONF=/etc/slurm/slurm.conf" in env.splitlines() and "PATH=" in env
+
+
+def test_the_executor_acts_only_on_nodes_of_the_real_cluster(slurm: SlurmCluster) -> None:
+    real = backend(slurm)
+    assert real.knows_node(slurm.node) and not real.knows_node("gpu-node-not-here")
+    ex = Executor(real, ResultLedger(None), breaker=CircuitBreaker(fleet_size=100))
+    for i, node in enumerate(["gpu-node-not-here", "ALL", f"{slurm.node},{slurm.node}x", f"{slurm.node}[0-9]"]):
+        assert ex.handle(command(f"c{i}", "cordon_node", node=node), datetime.now(UTC)).status == "refused", node
+    assert "DRAIN" not in show(slurm, "node", slurm.node)["State"]
+    assert ex.handle(command("c9", "cordon_node", node=slurm.node), datetime.now(UTC)).status == "done"
+    assert "DRAIN" in show(slurm, "node", slurm.node)["State"]
