@@ -7,11 +7,11 @@ import logging
 import sys
 
 from common.settings import Settings
-from faultline.commands import actions, admin, replay, stages, views
+from faultline.commands import actions, admin, archive, replay, stages, views
 
 __all__ = ["EXAMPLES", "main"]
 
-_GROUPS = (replay, stages, views, actions, admin)
+_GROUPS = (replay, stages, views, actions, archive, admin)
 
 
 def _parser(examples: dict[str, str] | None = None) -> argparse.ArgumentParser:

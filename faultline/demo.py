@@ -101,7 +101,8 @@ def run_demo(settings: Settings, seconds: float = 20) -> int:
         stop.set()
         watcher.join(5)
         worker.stop()
-    _say(f"done: {rows} rows archived to {settings.archive_url} (namespace {namespace}).")
+    _say(f"done: {rows} rows archived to {settings.archive_url} under namespace {namespace}, apart from the live "
+         f"one: `faultline status --namespace {namespace}` shows it, `faultline archive drop {namespace}` removes it.")
     return 0
 
 

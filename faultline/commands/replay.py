@@ -44,7 +44,9 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
     out = run.contract()
     print(f"replayed {run.lines} lines ({run.bad} bad) as {run.events} events in namespace {run.namespace}; "
           f"{len(out['incidents'])} incidents, {len(out['commands'])} commands; "
-          f"{run.archived_rows} rows archived to {settings.archive_url}", file=sys.stderr)
+          f"{run.archived_rows} rows archived to {settings.archive_url} under namespace {run.archive_namespace} "
+          f"(read it with `faultline report --namespace {run.archive_namespace}`, remove it with "
+          f"`faultline archive drop {run.archive_namespace}`)", file=sys.stderr)
     if args.json:
         print(json.dumps(out))
     else:

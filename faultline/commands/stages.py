@@ -86,7 +86,7 @@ def _sink(args: argparse.Namespace, settings: Settings) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     bootstrap = ensure_broker(settings)
     _serve_metrics(settings)
-    with Archive.open(settings.archive_url) as archive, \
+    with Archive.open(settings.archive_url, settings.namespace) as archive, \
             ArchiveSink(archive, bootstrap, settings.namespace, consumer_config=settings.kafka_config(bootstrap)) as sink:
         where = re.sub(r"//[^/@]*@", "//***@", settings.archive_url)  # never print credentials
         print(f"archiving {settings.namespace}.* from {bootstrap} into {where}", file=sys.stderr)
