@@ -31,7 +31,7 @@ def replayed(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
 
 def test_status_shows_the_open_incident_and_the_quarantined_gpu(replayed: tuple[Settings, Run]) -> None:
     settings, run = replayed
-    with Archive.open(settings.archive_url) as archive:
+    with Archive.open(settings.archive_url, run.archive_namespace) as archive:
         data = status_data(archive)
     assert [(i["job"], i["category"]) for i in data["open_incidents"]] == [("pt-70b", "gpu_off_bus")]
     assert [(g["node"], g["state"]) for g in data["quarantined_gpus"]] == [("n03", "quarantined")]
@@ -42,7 +42,7 @@ def test_status_shows_the_open_incident_and_the_quarantined_gpu(replayed: tuple[
 def test_incident_story_has_signals_decisions_and_commands(replayed: tuple[Settings, Run]) -> None:
     settings, run = replayed
     inc_id = run.contract()["incidents"][0]["id"]
-    with Archive.open(settings.archive_url) as archive:
+    with Archive.open(settings.archive_url, run.archive_namespace) as archive:
         story = incident_data(archive, inc_id)
     assert story is not None
     lanes = {e["entry_type"] for e in story["timeline"]}
@@ -56,11 +56,12 @@ def test_cli_json_and_html(replayed: tuple[Settings, Run], tmp_path: Path, monke
                            capsys: pytest.CaptureFixture[str]) -> None:
     settings, run = replayed
     monkeypatch.setenv("FAULTLINE_ARCHIVE", settings.archive_url)
-    assert cli(["timeline", "pt-70b", "--json", "--html", str(tmp_path / "t.html")]) == 0
+    assert cli(["timeline", "pt-70b", "--json", "--html", str(tmp_path / "t.html"),
+                "--namespace", run.archive_namespace]) == 0
     story = json.loads(capsys.readouterr().out.strip().splitlines()[0])
     assert story["incident"]["job"] == "pt-70b"
     assert (tmp_path / "t.html").read_text().count('class="mark"') == len(story["timeline"])
-    assert cli(["incident", "inc-does-not-exist"]) == 1
+    assert cli(["incident", "inc-does-not-exist", "--namespace", run.archive_namespace]) == 1
     assert "faultline status" in capsys.readouterr().err
 
 
@@ -71,7 +72,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 def test_html_timeline_renders_every_entry_in_headless_chromium(replayed: tuple[Settings, Run],
                                                                  tmp_path: Path) -> None:
     settings, run = replayed
-    with Archive.open(settings.archive_url) as archive:
+    with Archive.open(settings.archive_url, run.archive_namespace) as archive:
         story = incident_data(archive, run.contract()["incidents"][0]["id"])
     assert story is not None
     page = tmp_path / "incident.html"
