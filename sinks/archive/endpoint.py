@@ -33,6 +33,7 @@ owner's connection: reads do not wait for the owner's writes to finish.
 from __future__ import annotations
 
 import base64
+import gzip
 import hmac
 import json
 import logging
@@ -41,6 +42,7 @@ import re
 import secrets
 import tempfile
 import threading
+import zlib
 from dataclasses import asdict, dataclass
 from email.parser import BytesParser
 from email.policy import HTTP
@@ -276,15 +278,14 @@ class _Handler(BaseHTTPRequestHandler):
                                    "of the data directory holds it)", code=516, status=401)
 
     def _body(self) -> bytes:
-        if self.headers.get("Content-Encoding", "identity").lower() not in ("", "identity"):
-            raise _ClickHouseError("compressed request bodies are not served; connect with compress=False",
-                                   code=1002, status=415)
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            return self._chunked()
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > _MAX_BODY:
-            raise _ClickHouseError(f"request body of {length} bytes is over {_MAX_BODY}", code=1002, status=413)
-        return self.rfile.read(length) if length else b""
+            body = self._chunked()
+        else:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > _MAX_BODY:
+                raise _ClickHouseError(f"request body of {length} bytes is over {_MAX_BODY}", code=1002, status=413)
+            body = self.rfile.read(length) if length else b""
+        return _decoded(body, self.headers.get("Content-Encoding", "").strip().lower())
 
     def _chunked(self) -> bytes:
         parts: list[bytes] = []
@@ -313,6 +314,26 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
+
+
+def _decoded(body: bytes, encoding: str) -> bytes:
+    """A request body as sent with ``Content-Encoding`` (clickhouse-connect compresses inserts)."""
+    try:
+        if encoding in ("", "identity"):
+            return body
+        if encoding == "gzip":
+            return gzip.decompress(body)
+        if encoding == "deflate":
+            return zlib.decompress(body)
+        if encoding == "lz4":
+            import lz4.frame  # clickhouse-connect's own dependency
+
+            return bytes(lz4.frame.decompress(body))
+    except (OSError, ValueError, RuntimeError, zlib.error) as exc:
+        raise _ClickHouseError(f"the {encoding} request body does not decompress: {exc}", code=1002,
+                               status=400) from None
+    raise _ClickHouseError(f"request bodies in {encoding!r} are not served: send identity, gzip, deflate or lz4",
+                           code=1002, status=415)
 
 
 def _form_fields(content_type: str, body: bytes) -> dict[str, str]:
