@@ -15,9 +15,9 @@ from sinks.archive import migrations
 from sinks.archive.endpoint import EndpointFile
 from sinks.archive.namespaces import NamespaceError
 from sinks.archive.store import (
-    EVENT_COLUMNS,
     _COMMAND_COLUMNS,
     _INCIDENT_COLUMNS,
+    EVENT_COLUMNS,
     Archive,
     _command_row,
     _incident_row,
