@@ -8,6 +8,7 @@ import sys
 
 from common.settings import Settings
 from faultline.commands import actions, admin, archive, replay, stages, views
+from faultline.extras import install_hint
 
 __all__ = ["EXAMPLES", "main"]
 
@@ -47,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a person reads this: say what went wrong and what to do
         if args.verbose:
             raise
-        print(f"faultline {args.cmd}: {exc}", file=sys.stderr)
+        hint = install_hint(exc) if isinstance(exc, ModuleNotFoundError) else None  # a role left out
+        print(f"faultline {args.cmd}: {hint or exc}", file=sys.stderr)
         return 1
 
 
