@@ -22,8 +22,10 @@ it used no longer answers.
 from __future__ import annotations
 
 import fcntl
+import hmac
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -37,7 +39,7 @@ import urllib3
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
-from sinks.archive.endpoint import ENDPOINT_USER, ArchiveEndpoint, EndpointFile
+from sinks.archive.endpoint import ENDPOINT_USER, IDENTITY_PATH, ArchiveEndpoint, EndpointFile, identity_proof
 
 __all__ = ["ArchiveBusy", "Connection", "acquire", "call", "normalise", "owner_gone", "release"]
 
@@ -183,6 +185,8 @@ def _open_chdb(target: str, data_dir: str, wait_s: float) -> Connection:
         if found is not None and found.pid != os.getpid() and found.alive():
             try:
                 return _through(target, found)
+            except (urllib3.exceptions.HTTPError, _Impostor) as exc:
+                log.debug("archive %s: endpoint of pid %d does not answer as the owner (%s)", data_dir, found.pid, exc)
             except DatabaseError as exc:
                 if not owner_gone(exc):
                     raise
@@ -205,10 +209,19 @@ def _open_chdb(target: str, data_dir: str, wait_s: float) -> Connection:
         time.sleep(_POLL_S)
 
 
+class _Impostor(Exception):
+    """The port of an endpoint file answers, but not as the owner that wrote the file."""
+
+
 def _through(target: str, found: EndpointFile) -> Connection:
     """An HTTP client to the owner's endpoint (a pool of its own: no proxy from the environment)."""
     pool = urllib3.PoolManager(maxsize=4)
     try:
+        nonce = secrets.token_hex(16)
+        answer = pool.request("GET", f"http://127.0.0.1:{found.port}{IDENTITY_PATH}?nonce={nonce}", timeout=5.0,
+                              retries=False)
+        if answer.status != 200 or not hmac.compare_digest(answer.data, identity_proof(found.token, nonce).encode()):
+            raise _Impostor(f"127.0.0.1:{found.port} does not answer as the archive's owner (pid {found.pid})")
         client = clickhouse_connect.get_client(
             host="127.0.0.1", port=found.port, username=ENDPOINT_USER, password=found.token, compress=False,
             tz_mode="aware", connect_timeout=5, autogenerate_session_id=False, pool_mgr=pool)

@@ -24,7 +24,10 @@ What is served, per request (``POST /``; ``GET /ping`` answers ``Ok.``):
   inserted with ``INSERT ... FROM INFILE`` (chunked request bodies included);
 * a statement ending in ``FORMAT X`` answers in X; any other answers TabSeparated, with
   ``X-ClickHouse-Format`` set when it produced a result set (as a server does);
-* a ClickHouse error answers 500 with ``X-ClickHouse-Exception-Code`` and the message.
+* a ClickHouse error answers 500 with ``X-ClickHouse-Exception-Code`` and the message;
+* ``GET /faultline-identity?nonce=N`` answers an HMAC of N under the token: a client checks it
+  before it trusts the port, so a process that took the port of a dead owner is not served the
+  client's token or rows.
 
 Requests run one at a time on the endpoint's own chDB connection (its own session), beside the
 owner's connection: reads do not wait for the owner's writes to finish.
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import hmac
 import json
 import logging
@@ -51,7 +55,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-__all__ = ["ArchiveEndpoint", "EndpointFile", "ENDPOINT_FILE", "ENDPOINT_USER"]
+__all__ = ["ArchiveEndpoint", "EndpointFile", "ENDPOINT_FILE", "ENDPOINT_USER", "IDENTITY_PATH", "identity_proof"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,8 @@ ENDPOINT_FILE = "faultline-endpoint.json"
 """The endpoint file's name, in the chDB data directory it serves."""
 ENDPOINT_USER = "faultline"
 """The user name clients present (the token is the password; the name is not checked)."""
+IDENTITY_PATH = "/faultline-identity"
+"""Where the owner answers a client's nonce (:func:`identity_proof`) before the client trusts it."""
 
 _MAX_BODY = 1 << 30  # a request body beyond this is refused (413)
 # HTTP parameters that belong to the transport, not to ClickHouse's settings.
@@ -124,6 +130,15 @@ class EndpointFile:
         """Remove the file if it is still this one (a successor may have written its own)."""
         if EndpointFile.read(self.path) == self:
             self.location(self.path).unlink(missing_ok=True)
+
+
+def identity_proof(token: str, nonce: str) -> str:
+    """What the owner answers at :data:`IDENTITY_PATH`: an HMAC of the client's nonce under the token.
+
+    A client checks it before it sends its token or its rows: whatever listens on the port of an
+    endpoint file left by a dead owner cannot answer it, so it gets neither.
+    """
+    return hmac.new(token.encode(), nonce.encode(), hashlib.sha256).hexdigest()
 
 
 class _ClickHouseError(Exception):
@@ -226,8 +241,12 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("archive endpoint: " + format, *args)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        if urlsplit(self.path).path.rstrip("/") in ("", "/ping"):
+        url = urlsplit(self.path)
+        if url.path.rstrip("/") in ("", "/ping"):
             self._reply(200, b"Ok.\n")
+        elif url.path == IDENTITY_PATH:  # the owner proves it holds the token (see prove_identity)
+            nonce = dict(parse_qsl(url.query)).get("nonce", "")
+            self._reply(200, identity_proof(self.server.token, nonce).encode())
         else:
             self._reply(404, b"not found: POST / for queries, GET /ping for a liveness check\n")
 

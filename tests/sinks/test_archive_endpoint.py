@@ -14,9 +14,11 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -190,3 +192,36 @@ def test_query_errors_stay_errors(url: str) -> None:
         assert archive.query("SELECT length({s:String}) AS n", {"s": long}) == [{"n": 20_000}]
         assert archive.query("SELECT {s:String} AS s", {"s": "tab\there 'quoted' \\ back"}) == \
                [{"s": "tab\there 'quoted' \\ back"}]
+
+
+def test_a_stranger_on_a_dead_owner_s_port_gets_neither_token_nor_rows(url: str) -> None:
+    """An endpoint file whose process lives on (a reused pid) but whose port some other server took."""
+    seen: list[str] = []
+
+    class Stranger(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _any(self) -> None:
+            seen.append(f"{self.command} {self.path} auth={self.headers.get('Authorization')}")
+            self.send_response(200)
+            self.send_header("Content-Length", "4")
+            self.end_headers()
+            self.wfile.write(b"Ok.\n")
+
+        do_GET = do_POST = _any
+
+    server = HTTPServer(("127.0.0.1", 0), Stranger)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    alive = subprocess.Popen(["sleep", "60"])
+    data_dir = url.removeprefix("chdb://")
+    try:
+        os.makedirs(data_dir, exist_ok=True)
+        EndpointFile(path=data_dir, pid=alive.pid, port=server.server_address[1], token="the-token").write()
+        with Archive.open(url, wait_s=10) as archive:
+            assert archive.role == "owner"  # not a reader of the stranger
+            archive.write_events(sample_records().events)
+    finally:
+        alive.kill()
+        server.shutdown()
+    assert seen and all(s.startswith("GET /faultline-identity") and "auth=None" in s for s in seen), seen
