@@ -39,7 +39,8 @@ import urllib3
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
-from sinks.archive.endpoint import ENDPOINT_USER, IDENTITY_PATH, ArchiveEndpoint, EndpointFile, identity_proof
+from sinks.archive.endpoint import ArchiveEndpoint
+from sinks.archive.endpoint_file import ENDPOINT_USER, IDENTITY_PATH, EndpointFile, identity_proof
 
 __all__ = ["ArchiveBusy", "Connection", "acquire", "call", "normalise", "owner_gone", "release"]
 

@@ -7,8 +7,8 @@ loopback that speaks the part of ClickHouse's HTTP interface that clickhouse-con
 processes (``faultline status``, ``report``, a replay archiving its rows) then read and write
 through an ordinary clickhouse-connect HTTP client: the code path of a ClickHouse server URL.
 
-They find the owner by the :class:`EndpointFile` in the data directory: its process id, port and
-a random token, the file readable by the owner's user only. Every request must present that
+They find the owner by its endpoint file in the data directory (:mod:`.endpoint_file`): its
+process id, port and a random token, the file readable by the owner's user only. Every request must present that
 token (HTTP basic auth, the password), because any local user can reach a loopback port; a
 request without it is refused before any SQL runs.
 
@@ -37,9 +37,8 @@ from __future__ import annotations
 
 import base64
 import gzip
-import hashlib
 import hmac
-import json
+import importlib
 import logging
 import os
 import re
@@ -47,7 +46,6 @@ import secrets
 import tempfile
 import threading
 import zlib
-from dataclasses import asdict, dataclass
 from email.parser import BytesParser
 from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,16 +53,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-__all__ = ["ArchiveEndpoint", "EndpointFile", "ENDPOINT_FILE", "ENDPOINT_USER", "IDENTITY_PATH", "identity_proof"]
+from sinks.archive.endpoint_file import IDENTITY_PATH, EndpointFile, identity_proof
+
+__all__ = ["ArchiveEndpoint"]
 
 log = logging.getLogger(__name__)
-
-ENDPOINT_FILE = "faultline-endpoint.json"
-"""The endpoint file's name, in the chDB data directory it serves."""
-ENDPOINT_USER = "faultline"
-"""The user name clients present (the token is the password; the name is not checked)."""
-IDENTITY_PATH = "/faultline-identity"
-"""Where the owner answers a client's nonce (:func:`identity_proof`) before the client trusts it."""
 
 _MAX_BODY = 1 << 30  # a request body beyond this is refused (413)
 # HTTP parameters that belong to the transport, not to ClickHouse's settings.
@@ -79,66 +72,6 @@ _SETTING_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _INSERT = re.compile(rb"^\s*(INSERT\s+INTO\s+.+?)\s+FORMAT\s+(\w+)[ \t]*(?:\r?\n|$)", re.IGNORECASE | re.DOTALL)
 _TRAILING_FORMAT = re.compile(r"\bFORMAT\s+(\w+)\s*;?\s*$", re.IGNORECASE)
 _ERROR_CODE = re.compile(r"Code: (\d+)\.")
-
-
-@dataclass(frozen=True)
-class EndpointFile:
-    """Where the owner of a chDB directory serves it: written by the owner, read by the others."""
-
-    path: str  # the data directory served (a copied directory's file names the original: not ours)
-    pid: int
-    port: int
-    token: str
-
-    @staticmethod
-    def location(data_dir: str) -> Path:
-        return Path(data_dir) / ENDPOINT_FILE
-
-    @classmethod
-    def read(cls, data_dir: str) -> EndpointFile | None:
-        """The endpoint file of ``data_dir``, or None (absent, unreadable, malformed, another directory's)."""
-        try:
-            doc = json.loads(cls.location(data_dir).read_text(encoding="utf-8"))
-            found = cls(path=str(doc["path"]), pid=int(doc["pid"]), port=int(doc["port"]), token=str(doc["token"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return found if found.path == data_dir else None
-
-    def alive(self) -> bool:
-        """Whether the process that wrote the file still runs (it may still have gone since)."""
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True  # another user's process: alive (and its token file unreadable to us anyway)
-        return True
-
-    def write(self) -> None:
-        """Write atomically, readable by this user only (the token is a credential)."""
-        target = self.location(self.path)
-        fd, tmp = tempfile.mkstemp(prefix=".endpoint-", dir=self.path)  # mkstemp: mode 0600
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(asdict(self), f)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-    def remove(self) -> None:
-        """Remove the file if it is still this one (a successor may have written its own)."""
-        if EndpointFile.read(self.path) == self:
-            self.location(self.path).unlink(missing_ok=True)
-
-
-def identity_proof(token: str, nonce: str) -> str:
-    """What the owner answers at :data:`IDENTITY_PATH`: an HMAC of the client's nonce under the token.
-
-    A client checks it before it sends its token or its rows: whatever listens on the port of an
-    endpoint file left by a dead owner cannot answer it, so it gets neither.
-    """
-    return hmac.new(token.encode(), nonce.encode(), hashlib.sha256).hexdigest()
 
 
 class _ClickHouseError(Exception):
@@ -348,11 +281,25 @@ def _decoded(body: bytes, encoding: str) -> bytes:
             import lz4.frame  # clickhouse-connect's own dependency
 
             return bytes(lz4.frame.decompress(body))
+        if encoding == "zstd":
+            zstd = _zstd()
+            if zstd is not None:
+                return bytes(zstd.decompress(body))
     except (OSError, ValueError, RuntimeError, zlib.error) as exc:
         raise _ClickHouseError(f"the {encoding} request body does not decompress: {exc}", code=1002,
                                status=400) from None
-    raise _ClickHouseError(f"request bodies in {encoding!r} are not served: send identity, gzip, deflate or lz4",
+    raise _ClickHouseError(f"request bodies in {encoding!r} are not served: send identity, gzip, deflate, lz4 or zstd",
                            code=1002, status=415)
+
+
+def _zstd() -> Any:
+    """The zstd module clickhouse-connect compresses with where it has one (Python 3.14's, or the backport)."""
+    for name in ("compression.zstd", "backports.zstd"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    return None
 
 
 def _form_fields(content_type: str, body: bytes) -> dict[str, str]:

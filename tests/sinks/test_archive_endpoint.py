@@ -28,7 +28,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 from common.settings import REPO_ROOT
 from faultline.operator_views import incident_data, status_data
 from sinks.archive.connection import ArchiveBusy
-from sinks.archive.endpoint import ENDPOINT_FILE, EndpointFile
+from sinks.archive.endpoint_file import ENDPOINT_FILE, EndpointFile
 from sinks.archive.store import Archive
 from sinks.report import build_report
 
@@ -225,3 +225,21 @@ def test_a_stranger_on_a_dead_owner_s_port_gets_neither_token_nor_rows(url: str)
         alive.kill()
         server.shutdown()
     assert seen and all(s.startswith("GET /faultline-identity") and "auth=None" in s for s in seen), seen
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "lz4", "identity"])
+def test_compressed_request_bodies_are_read_as_a_server_reads_them(url: str, encoding: str) -> None:
+    import gzip
+    import zlib
+
+    import lz4.frame
+
+    squash = {"gzip": gzip.compress, "deflate": zlib.compress, "lz4": lz4.frame.compress, "identity": bytes}
+    with owner(url):
+        found = EndpointFile.read(url.removeprefix("chdb://"))
+        assert found is not None
+        auth = {"Authorization": "Basic " + base64.b64encode(f"faultline:{found.token}".encode()).decode(),
+                "Content-Encoding": encoding}
+        answer = urllib3.PoolManager().request("POST", f"http://127.0.0.1:{found.port}/",
+                                               body=squash[encoding](b"SELECT 6 * 7"), headers=auth)
+        assert (answer.status, answer.data, answer.headers.get("X-ClickHouse-Format")) == (200, b"42\n", "TabSeparated")

@@ -12,7 +12,7 @@ import pytest
 from faultline.cli import main
 from faultline.operator_views import status_data
 from sinks.archive import migrations
-from sinks.archive.endpoint import EndpointFile
+from sinks.archive.endpoint_file import EndpointFile
 from sinks.archive.namespaces import NamespaceError
 from sinks.archive.store import (
     _COMMAND_COLUMNS,
