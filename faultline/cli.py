@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from common.kafka_admin import BrokerUnreachable
 from common.settings import Settings, describe_settings_error
-from faultline.commands import actions, admin, replay, stages, views
+from faultline.commands import actions, admin, archive, replay, stages, views
 from faultline.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_CODES_HELP,
@@ -31,10 +31,11 @@ from faultline.errors import (
     Unavailable,
     UsageError,
 )
+from faultline.extras import install_hint
 
 __all__ = ["EXAMPLES", "main", "package_version"]
 
-_GROUPS = (replay, stages, views, actions, admin)
+_GROUPS = (replay, stages, views, actions, archive, admin)
 
 
 def package_version() -> str:
@@ -120,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a person reads this: say what went wrong; -v shows where
         if verbose:
             raise
+        hint = install_hint(exc) if isinstance(exc, ModuleNotFoundError) else None  # a role left out
+        if hint:
+            print(f"faultline {args.cmd}: {hint}", file=sys.stderr)
+            return EXIT_FAILURE
         _error(args.cmd, exc)
         print("(run it again with -v for the details)", file=sys.stderr)
         return EXIT_FAILURE

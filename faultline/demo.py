@@ -108,7 +108,9 @@ def run_demo(settings: Settings, seconds: float = 20, json_out: bool = False) ->
         stop.set()
         watcher.join(5)
         worker.stop()
-    _say(f"done: {plural(rows, 'row')} archived to {settings.archive_shown} (namespace {namespace}).")
+    _say(f"done: {plural(rows, 'row')} archived to {settings.archive_shown} under namespace {namespace}, apart from "
+         f"the live one: `faultline status --namespace {namespace}` shows it, `faultline archive drop {namespace}` "
+         "removes it.")
     if decided is not None:
         print(to_json(decided))
     return 0

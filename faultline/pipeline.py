@@ -130,6 +130,7 @@ class Run:
     incidents: list[Incident] = field(default_factory=list)
     commands: list[Command] = field(default_factory=list)
     archived_rows: int = 0
+    archive_namespace: str = ""  # where its rows are in the archive (``faultline report --namespace``)
 
     def contract(self) -> dict[str, list[dict[str, Any]]]:
         return collate(self.incidents, self.commands)
@@ -185,11 +186,13 @@ def collect(conf: dict[str, Any], namespace: str) -> tuple[list[Incident], list[
     return incidents, commands
 
 
-def archive(settings: Settings, conf: dict[str, Any], namespace: str) -> int:
+def archive(settings: Settings, conf: dict[str, Any], namespace: str, archive_namespace: str | None = None) -> int:
+    """Drain the namespace's topics into the archive, under ``archive_namespace`` (default: the
+    namespace itself: a replay's or demo's rows stay out of the live namespace's)."""
     from sinks.archive.store import Archive
     from sinks.archive_sink import ArchiveSink
 
-    store = Archive.open(settings.archive_url)
+    store = Archive.open(settings.archive_url, archive_namespace or namespace, live=settings.namespace)
     try:
         sink = ArchiveSink(store, conf["bootstrap.servers"], namespace, consumer_config=conf)
         try:
@@ -201,8 +204,9 @@ def archive(settings: Settings, conf: dict[str, Any], namespace: str) -> int:
 
 
 def replay(capture: Path, settings: Settings, keep_topics: bool = False,
-           on_line: Callable[[int], None] | None = None) -> Run:
-    """Run a capture through the real pipeline; return what it decided (also archived).
+           on_line: Callable[[int], None] | None = None, archive_namespace: str | None = None) -> Run:
+    """Run a capture through the real pipeline; return what it decided (also archived, in the
+    archive namespace of the run's own name unless ``archive_namespace`` names another).
 
     The policy, the archive and the broker are checked first (:func:`faultline.preflight.preflight`):
     nothing is published unless every stage can do its part.
@@ -222,7 +226,8 @@ def replay(capture: Path, settings: Settings, keep_topics: bool = False,
         pub.flush()
         wait_for_end(conf, run.namespace, worker, timeout=120 + run.lines / 500)
         run.incidents, run.commands = collect(conf, run.namespace)
-        run.archived_rows = archive(settings, conf, run.namespace)
+        run.archived_rows = archive(settings, conf, run.namespace, archive_namespace)
+        run.archive_namespace = archive_namespace or run.namespace
     finally:
         worker.stop()
         if not keep_topics:

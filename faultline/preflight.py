@@ -21,7 +21,8 @@ from pathlib import Path
 
 from common.redact import mask_url
 from common.settings import Settings
-from faultline.errors import Unavailable, UsageError
+from faultline.errors import Failure, Unavailable, UsageError
+from sinks.archive.namespaces import NamespaceError
 from sinks.archive.store import Archive
 
 __all__ = ["check_policy", "open_archive", "preflight"]
@@ -55,11 +56,15 @@ def check_policy(policy: Path | None) -> None:
         raise UsageError(f"policy file {policy}: {exc}") from None
 
 
-def open_archive(settings: Settings) -> Archive:
-    """The archive, or :class:`Unavailable` naming ``FAULTLINE_ARCHIVE`` and what to try."""
+def open_archive(settings: Settings, namespace: str | None = None, *, live: str | None = None,
+                 create: bool = True) -> Archive:
+    """The archive's ``namespace`` (None: the live one; see :meth:`Archive.open`), or :class:`Unavailable`
+    naming ``FAULTLINE_ARCHIVE`` and what to try."""
     url = settings.archive_url
     try:
-        return Archive.open(url)
+        return Archive.open(url, namespace, live=live, create=create)
+    except NamespaceError as exc:  # a namespace that is not there: nothing to show, not a wrong call
+        raise Failure(str(exc)) from None
     except ValueError as exc:  # a URL of the wrong form
         raise UsageError(f"FAULTLINE_ARCHIVE: {exc}") from None
     except Exception as exc:
@@ -67,8 +72,8 @@ def open_archive(settings: Settings) -> Archive:
         errno = re.search(r"\[Errno -?\d+\] ([^\]\)\"']+)", text)  # "Connection refused", not urllib3's wrapping
         reason = errno.group(1).strip() if errno else (text.splitlines() or [type(exc).__name__])[0][:300]
         if url.startswith("chdb://"):
-            hint = ("check that the directory is writable; if another process holds it (`Cannot lock file`), "
-                    "run this where that process runs, or point FAULTLINE_ARCHIVE at a ClickHouse server")
+            hint = ("check that the directory is writable and that the process that holds it (the sink, "
+                    "normally) is alive: it serves the archive to every other command")
         else:
             hint = ("check that ClickHouse runs there and the user may read it, or unset FAULTLINE_ARCHIVE to "
                     "use the embedded archive under FAULTLINE_DATA_DIR")
@@ -81,7 +86,7 @@ def preflight(settings: Settings) -> str:
     from faultline.pipeline import ensure_broker
 
     check_policy(settings.policy)
-    with open_archive(settings):
+    with open_archive(settings, live=settings.namespace):
         pass
     bootstrap = ensure_broker(settings)
     log.info("pre-flight checks passed: policy, archive %s, broker %s", settings.archive_shown, bootstrap)

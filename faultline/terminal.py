@@ -21,11 +21,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 from uuid import UUID
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:  # rich comes with the roles that print tables (the `sink` extra), not with the node agent
+    from rich.console import Console
 
 __all__ = ["Column", "human_time", "make_console", "plural", "print_table", "rfc3339", "to_json", "to_plain"]
 
@@ -122,6 +122,8 @@ def cell(value: Any, kind: Kind = "text") -> str:
 
 def make_console(stderr: bool = False, file: TextIO | None = None) -> Console:
     """A console on standard output (or error): rich at a terminal; plain, unwrapped, uncoloured elsewhere."""
+    from rich.console import Console
+
     stream = file or (sys.stderr if stderr else sys.stdout)
     probe = Console(file=stream)
     if probe.is_terminal:
@@ -135,6 +137,8 @@ def print_table(console: Console, title: str, rows: Sequence[Mapping[str, Any]],
     cols = list(columns)
     cells = [[cell(r.get(c.key), c.kind) for c in cols] for r in rows]
     if console.is_terminal:
+        from rich.table import Table
+
         table = Table(title=title, caption=caption or None, title_justify="left", caption_justify="left")
         for c in cols:
             numeric = c.kind in ("number", "percent")

@@ -79,7 +79,9 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
     out = run.contract()
     print(f"replayed {plural(run.lines, 'line')} ({run.bad} bad) as {plural(run.events, 'event')} in namespace "
           f"{run.namespace}; {plural(len(out['incidents']), 'incident')}, {plural(len(out['commands']), 'command')}; "
-          f"{plural(run.archived_rows, 'row')} archived to {settings.archive_shown}", file=sys.stderr)
+          f"{plural(run.archived_rows, 'row')} archived to {settings.archive_shown} under namespace "
+          f"{run.archive_namespace} (read it with `faultline report --namespace {run.archive_namespace}`, remove it "
+          f"with `faultline archive drop {run.archive_namespace}`)", file=sys.stderr)
     if args.json:
         print(to_json(out))
     else:

@@ -97,7 +97,7 @@ def _sink(args: argparse.Namespace, settings: Settings) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     bootstrap = ensure_broker(settings)
     _serve_metrics(settings)
-    with open_archive(settings) as archive, \
+    with open_archive(settings, settings.namespace) as archive, \
             ArchiveSink(archive, bootstrap, settings.namespace, consumer_config=settings.kafka_config(bootstrap)) as sink:
         print(f"archiving {settings.namespace}.* from {bootstrap} into {settings.archive_shown}", file=sys.stderr)
         sink.run(stop)

@@ -16,10 +16,15 @@ _DEV_MODE_BANNER = ("DEVELOPMENT MODE (FAULTLINE_DEV_MODE=true): workers and exe
                     "commands, approvals and results may be unsigned. Never in production.")
 
 
+_NAMESPACE_HELP = ("the archive namespace to read: a replay's or a demo's (faultline.replay-...; "
+                   "`faultline archive list` shows them); default: FAULTLINE_NAMESPACE, the live one")
+
+
 def register(add: Add) -> None:
     st = add("status", "Open incidents, fenced hardware, commands waiting for approval, pipeline health.",
              "faultline status --json")
     st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.add_argument("--namespace", help=_NAMESPACE_HELP)
     st.set_defaults(run=_operator_view)
 
     inc = add("incident", "One incident's whole story: signals, decisions, commands, results, recovery.",
@@ -27,18 +32,21 @@ def register(add: Add) -> None:
     inc.add_argument("id")
     inc.add_argument("--json", action="store_true")
     inc.add_argument("--html", type=Path, help="also write a self-contained HTML page with a graphical timeline")
+    inc.add_argument("--namespace", help=_NAMESPACE_HELP)
     inc.set_defaults(run=_operator_view)
 
     tl = add("timeline", "The story of every incident of one job.", "faultline timeline pt-70b --html pt-70b.html")
     tl.add_argument("job")
     tl.add_argument("--json", action="store_true")
     tl.add_argument("--html", type=Path, help="write one HTML page per incident: FILE, FILE-2, ...")
+    tl.add_argument("--namespace", help=_NAMESPACE_HELP)
     tl.set_defaults(run=_operator_view)
 
     o = add("report", "Answer the operators' questions from the archive (failures, lost GPU-hours, recovery...).",
             "faultline report --since 7d")
     o.add_argument("--since", help="window start: a duration back from now (30m, 12h, 7d, 2w) or an ISO date/time")
     o.add_argument("--json", action="store_true", help="print JSON on standard output instead of tables")
+    o.add_argument("--namespace", help=_NAMESPACE_HELP)
     o.set_defaults(run=_report)
 
 
@@ -52,7 +60,8 @@ def _report(args: argparse.Namespace, settings: Settings) -> int:
         since = parse_since(args.since) if args.since else None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    with open_archive(settings) as archive:
+    with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
+                      create=False) as archive:
         report = build_report(archive, since=since)
     if args.json:
         print(to_json(report.to_json()))
@@ -73,7 +82,8 @@ def _operator_view(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.terminal import to_json
     from faultline.timeline_html import render_timeline
 
-    with open_archive(settings) as archive:
+    with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
+                      create=False) as archive:
         if args.cmd == "status":
             data = {**status_data(archive), "dev_mode": settings.dev_mode}
             if settings.dev_mode and not args.json:

@@ -2,7 +2,8 @@
 
 :func:`migrate` applies, in order, every migration whose version is not yet in
 ``schema_migrations``; it runs whenever an :class:`~sinks.archive.store.Archive`
-is opened. Statements are idempotent (``IF NOT EXISTS``), so a migration cut
+is opened, in that namespace's database (each namespace has one, with its own
+``schema_migrations``: :mod:`sinks.archive.namespaces`). Statements are idempotent (``IF NOT EXISTS``), so a migration cut
 short by a crash is simply applied again. Released migrations are never edited:
 a schema change is a new entry at the end of :data:`MIGRATIONS`.
 

@@ -1,10 +1,11 @@
 """The archive store: typed writes into ClickHouse and a few read helpers.
 
-:class:`Archive` wraps one clickhouse-connect client, either an embedded chDB
-engine on disk (``chdb:///abs/path``) or a server (``http(s)://host:8123``);
-the code is the same for both. chDB allows one engine path per process, so
-archives opened on the same path share one client (and one lock: a client
-runs one query at a time).
+:class:`Archive` is one namespace of the archive (:mod:`.namespaces`: its own database) over
+one clickhouse-connect client: to a server (``http(s)://host:8123``), to the embedded chDB
+engine on disk (``chdb:///abs/path``) this process owns, or, when another process owns that
+directory, to the owner's endpoint (:mod:`.connection`, :mod:`.endpoint`); the code is the
+same for all three. Archives of one process on the same target share one client (and one lock:
+a client runs one query at a time), each setting its namespace's database for its own calls.
 
 Every ``write_*`` is one batched insert, safe to repeat: the insert carries a
 deduplication token derived from the batch's ids (an identical re-sent batch
@@ -16,20 +17,17 @@ the latest-state views.
 from __future__ import annotations
 
 import hashlib
-import os
-import threading
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
-from urllib.parse import urlparse
+from typing import Any, TypeVar
 
-import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 from pydantic_core import to_json
 
-from common.redact import mask_url
+from sinks.archive.connection import DEFAULT_WAIT_S, Connection, acquire, release
+from sinks.archive.connection import call as conn_call
 from sinks.archive.migrations import DEFAULT_RAW_TTL_DAYS, TABLES, migrate, set_raw_ttl
+from sinks.archive.namespaces import check_namespace, drop_namespace, list_namespaces, resolve
 from streams.decisions import Command, CommandResult, DeadLetter, Incident
 from streams.events import Event
 
@@ -46,6 +44,7 @@ _COMMAND_COLUMNS = [
 ]
 _RESULT_COLUMNS = ["command", "executor", "status", "at", "detail"]
 _DEADLETTER_COLUMNS = ["id", "stage", "reason", "raw", "at"]
+_T = TypeVar("_T")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
 
@@ -107,83 +106,88 @@ def _deadletter_row(d: DeadLetter) -> tuple[Any, ...]:
     return (deadletter_id(d.stage, d.raw, d.at), d.stage, d.reason, d.raw, d.at)
 
 
-@dataclass
-class _Shared:
-    """One client per target, with the lock that serialises its queries."""
-
-    client: Client
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    users: int = 0
-
-
-_SHARED: dict[str, _Shared] = {}
-_SHARED_LOCK = threading.Lock()
-
-
-def _target(url: str) -> str:
-    """Normalise the url so that spellings of one chDB path share one client."""
-    parsed = urlparse(url)
-    if parsed.scheme == "chdb":
-        if not parsed.path or parsed.netloc:
-            raise ValueError(f"chdb archive url must be chdb:///absolute/path, got {mask_url(url)!r}")
-        path = os.path.realpath(parsed.path)
-        os.makedirs(path, exist_ok=True)
-        return f"chdb://{path}"
-    if parsed.scheme in ("http", "https"):
-        return url
-    raise ValueError(f"archive url must be chdb:///path or http(s)://host:port, got {mask_url(url)!r}")
-
-
 class Archive:
-    """The incident archive in ClickHouse. Open with :meth:`open`; use as a context manager."""
+    """One namespace of the incident archive in ClickHouse. Open with :meth:`open`; use as a context manager."""
 
-    def __init__(self, target: str, shared: _Shared) -> None:
-        self.url = target
-        self._shared = shared
+    def __init__(self, conn: Connection, namespace: str, database: str) -> None:
+        self._conn = conn
+        self.url = conn.target
+        self.namespace = namespace
+        self.database = database
         self._closed = False
 
     @classmethod
-    def open(cls, url: str, *, raw_ttl_days: int = DEFAULT_RAW_TTL_DAYS) -> Archive:
-        """Connect (``chdb:///path`` creates the directory), migrate the schema, set the raw TTL."""
-        target = _target(url)
-        with _SHARED_LOCK:
-            shared = _SHARED.get(target)
-            if shared is None:
-                shared = _Shared(clickhouse_connect.get_client(dsn=target, tz_mode="aware"))
-                _SHARED[target] = shared
-            shared.users += 1
-        archive = cls(target, shared)
+    def open(cls, url: str, namespace: str | None = None, *, live: str | None = None, create: bool = True,
+             raw_ttl_days: int = DEFAULT_RAW_TTL_DAYS, wait_s: float = DEFAULT_WAIT_S) -> Archive:
+        """Connect, find (or create) the namespace's database, migrate its schema, set the raw TTL.
+
+        ``url`` is ``chdb:///path`` (created if missing; served by whichever process owns it, see
+        :mod:`sinks.archive.connection`) or ``http(s)://host:port[/database]``. ``namespace`` None
+        opens the live namespace: the one that keeps the archive's own database
+        (:mod:`sinks.archive.namespaces`). ``live`` names the installation's live namespace (default:
+        ``namespace``), which claims that database if nobody has yet; replays and demos name the
+        live one here so that they never take it. Without ``create`` a namespace that is not the live one must exist
+        (:class:`~sinks.archive.namespaces.NamespaceError` otherwise): for readers. ``wait_s``: how
+        long to wait for a busy chDB directory's owner.
+        """
+        if namespace is not None:
+            check_namespace(namespace)
+        conn = acquire(url, wait_s)
+        archive: Archive | None = None
         try:
-            with shared.lock:
-                migrate(shared.client)
-                set_raw_ttl(shared.client, raw_ttl_days)
+            name, database = conn_call(conn, conn.base_database,
+                                       lambda c: resolve(c, conn.base_database, namespace, live, create))
+            archive = cls(conn, name, database)
+            archive._call(lambda c: (migrate(c), set_raw_ttl(c, raw_ttl_days)))
         except BaseException:
-            archive.close()
+            if archive is not None:
+                archive.close()
+            else:
+                release(conn)
             raise
         return archive
 
     @property
+    def role(self) -> str:
+        """How this process reaches the archive: ``owner``, ``reader`` (through the owner) or ``server``."""
+        return self._conn.role
+
+    @property
     def client(self) -> Client:
-        """The underlying clickhouse-connect client, for administration; it is shared, not thread-safe."""
-        return self._shared.client
+        """The underlying clickhouse-connect client in this namespace's database, for administration.
+
+        It is shared by every archive of the process on the same target and not thread-safe; use
+        :meth:`query` and the ``write_*`` methods where you can.
+        """
+        client = self._conn.client
+        client.database = self.database
+        return client
 
     def close(self) -> None:
-        """Release this archive; the client closes with its last user."""
+        """Release this archive; the connection closes with its last user."""
         if self._closed:
             return
         self._closed = True
-        with _SHARED_LOCK:
-            self._shared.users -= 1
-            if self._shared.users == 0:
-                del _SHARED[self.url]
-                with self._shared.lock:
-                    self._shared.client.close()
+        release(self._conn)
 
     def __enter__(self) -> Archive:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # --- namespaces -------------------------------------------------------------------------
+
+    def namespaces(self) -> list[dict[str, Any]]:
+        """Every namespace of the archive, with its database and row counts (``faultline archive list``)."""
+        return self._call(lambda c: list_namespaces(c, self._conn.base_database))
+
+    def drop_namespace(self, namespace: str) -> str:
+        """Remove another namespace's rows (its database); the live namespace is refused."""
+        return self._call(lambda c: drop_namespace(c, self._conn.base_database, namespace))
+
+    def _call(self, work: Callable[[Client], _T]) -> _T:
+        return conn_call(self._conn, self.database, work)
 
     # --- writes -----------------------------------------------------------------------------
 
@@ -214,19 +218,15 @@ class Archive:
         if not rows:
             return 0
         token = _digest([table, *keys])
-        with self._shared.lock:
-            self._shared.client.insert(
-                table, rows, column_names=columns, settings={"insert_deduplication_token": token}
-            )
+        self._call(lambda c: c.insert(table, rows, column_names=columns,
+                                      settings={"insert_deduplication_token": token}))
         return len(rows)
 
     # --- reads ------------------------------------------------------------------------------
 
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """Run a query (``{name:Type}`` placeholders bound from ``params``); rows as dicts."""
-        with self._shared.lock:
-            result = self._shared.client.query(sql, parameters=dict(params or {}))
-            return list(result.named_results())
+        return self._call(lambda c: list(c.query(sql, parameters=dict(params or {})).named_results()))
 
     def latest_incidents(self, job: str | None = None) -> list[dict[str, Any]]:
         """The latest version of every incident (of one job, if given), oldest first."""

@@ -93,5 +93,5 @@ def test_every_kind_of_bad_line_is_one_dead_letter_and_the_good_lines_decide_as_
     assert [c["id"] for c in got["commands"]] == [c["id"] for c in want["commands"]]
     assert [i["category"] for i in got["incidents"]] == ["gpu_off_bus"]
 
-    with Archive.open(settings.archive_url) as archive:
+    with Archive.open(settings.archive_url, run.archive_namespace) as archive:  # the replay's own namespace
         assert archive.count("deadletters") == len(mixed.bad)

@@ -33,7 +33,7 @@ def replayed(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
 
 def test_status_shows_the_open_incident_and_the_quarantined_gpu(replayed: tuple[Settings, Run]) -> None:
     settings, run = replayed
-    with Archive.open(settings.archive_url) as archive:
+    with Archive.open(settings.archive_url, run.archive_namespace) as archive:
         data = status_data(archive)
     assert [(i["job"], i["category"]) for i in data["open_incidents"]] == [("pt-70b", "gpu_off_bus")]
     assert [(g["node"], g["state"]) for g in data["quarantined_gpus"]] == [("n03", "quarantined")]
@@ -44,7 +44,7 @@ def test_status_shows_the_open_incident_and_the_quarantined_gpu(replayed: tuple[
 def test_incident_story_has_signals_decisions_and_commands(replayed: tuple[Settings, Run]) -> None:
     settings, run = replayed
     inc_id = run.contract()["incidents"][0]["id"]
-    with Archive.open(settings.archive_url) as archive:
+    with Archive.open(settings.archive_url, run.archive_namespace) as archive:
         story = incident_data(archive, inc_id)
     assert story is not None
     lanes = {e["entry_type"] for e in story["timeline"]}
@@ -58,11 +58,12 @@ def test_cli_json_and_html(replayed: tuple[Settings, Run], tmp_path: Path, monke
                            capsys: pytest.CaptureFixture[str]) -> None:
     settings, run = replayed
     monkeypatch.setenv("FAULTLINE_ARCHIVE", settings.archive_url)
-    assert cli(["timeline", "pt-70b", "--json", "--html", str(tmp_path / "t.html")]) == 0
+    assert cli(["timeline", "pt-70b", "--json", "--html", str(tmp_path / "t.html"),
+                "--namespace", run.archive_namespace]) == 0
     story = json.loads(capsys.readouterr().out.strip().splitlines()[0])
     assert story["incident"]["job"] == "pt-70b"
     assert (tmp_path / "t.html").read_text().count('class="mark"') == len(story["timeline"])
-    assert cli(["incident", "inc-does-not-exist"]) == 1
+    assert cli(["incident", "inc-does-not-exist", "--namespace", run.archive_namespace]) == 1
     assert "faultline status" in capsys.readouterr().err
 
 
@@ -73,7 +74,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 def test_html_timeline_renders_every_entry_in_headless_chromium(replayed: tuple[Settings, Run],
                                                                  tmp_path: Path) -> None:
     settings, run = replayed
-    with Archive.open(settings.archive_url) as archive:
+    with Archive.open(settings.archive_url, run.archive_namespace) as archive:
         story = incident_data(archive, run.contract()["incidents"][0]["id"])
     assert story is not None
     page = tmp_path / "incident.html"
@@ -144,7 +145,7 @@ def test_the_html_timeline_tells_the_whole_story_readably(replayed: tuple[Settin
     says why."""
     settings, run = replayed
     expected = _capture_story()
-    with Archive.open(settings.archive_url) as archive:
+    with Archive.open(settings.archive_url, run.archive_namespace) as archive:
         story = incident_data(archive, run.contract()["incidents"][0]["id"])
     assert story is not None
     page = render_timeline(story["incident"], story["timeline"])
@@ -187,12 +188,12 @@ def test_the_terminal_story_groups_repeats_and_speaks_plainly(replayed: tuple[Se
     settings, run = replayed
     monkeypatch.setenv("FAULTLINE_ARCHIVE", settings.archive_url)
     inc_id = run.contract()["incidents"][0]["id"]
-    assert cli(["incident", inc_id]) == 0
+    assert cli(["incident", inc_id, "--namespace", run.archive_namespace]) == 0
     out = capsys.readouterr().out
     assert f"{_capture_story()['nccl_timeouts']} × NCCL watchdog timeout" in out and "job failed" in out
     assert '{"kind"' not in out  # sentences, not JSON
     assert "excluding GPU GPU-" in out and "from step 1210" in out
-    assert cli(["incident", inc_id, "--json"]) == 0
+    assert cli(["incident", inc_id, "--namespace", run.archive_namespace, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["incident"]["opened_at"].endswith("Z") and all(e["ts"].endswith("Z") for e in doc["timeline"])
 
@@ -202,7 +203,7 @@ def test_lost_gpu_hours_have_one_definition(replayed: tuple[Settings, Run]) -> N
     from sinks.report import build_report
 
     settings, run = replayed
-    with Archive.open(settings.archive_url) as archive:
+    with Archive.open(settings.archive_url, run.archive_namespace) as archive:
         [inc] = archive.query("SELECT lost_gpu_hours FROM incidents_latest")
         report = build_report(archive)
     [loss] = [r for r in report.sections["checkpoint_loss"] if r["job"] == "pt-70b"]

@@ -50,7 +50,7 @@ def test_psu_scenario_through_the_broker_scores_full_and_is_archived(settings: S
     assert passed == total, scorer.failed
     assert run.lines == sum(1 for _ in capture.open()) and run.bad == 0
 
-    with Archive.open(settings.archive_url) as archive:
+    with Archive.open(settings.archive_url, run.archive_namespace) as archive:  # the replay's own namespace
         rows = archive.latest_incidents(job="ft-7b")
         assert [r["category"] for r in rows] == ["power_supply_fault"]
         assert rows[0]["id"] == out["incidents"][0]["id"]
@@ -85,7 +85,7 @@ def test_bad_lines_go_to_dead_letters_and_the_replay_goes_on(settings: Settings,
                    for v in read_topic(conf, topic_name(run.namespace, "deadletters"))]
         assert len(letters) == 5
         assert all(dl.stage == "producer" and dl.reason for dl in letters)
-        with Archive.open(settings.archive_url) as archive:
+        with Archive.open(settings.archive_url, run.archive_namespace) as archive:
             assert archive.count("deadletters") == 5
     finally:
         delete_namespace_topics(settings.kafka_config(settings.kafka or ""), run.namespace)

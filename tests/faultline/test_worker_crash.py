@@ -55,7 +55,7 @@ def test_sigkill_mid_stream_then_restart_gives_the_same_decisions(kafka_bootstra
 
         # The archive holds what an uninterrupted run archives: every event once, the same decisions.
         archive(settings, conf, ns)
-        with Archive.open(settings.archive_url) as store:
+        with Archive.open(settings.archive_url, ns) as store:  # the run's namespace: archived apart from the live one
             assert store.count("events") == n_events + 1  # and the end marker
             # (the topic's order is checked above; the archive orders by issue time, ties by id)
             assert sorted(c["id"] for c in store.commands()) == sorted(c["id"] for c in want["commands"])

@@ -47,5 +47,5 @@ def replayed_archive(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFact
                         archive=f"chdb://{data_dir / 'archive'}")
     with ThreadPoolExecutor(_PARALLEL) as pool:
         runs = dict(zip([c.stem for c in captures],
-                        pool.map(lambda c: replay(c, settings), captures), strict=True))
+                        pool.map(lambda c: replay(c, settings, archive_namespace=settings.namespace), captures), strict=True))
     yield Replayed(settings.archive_url, runs)

@@ -1,0 +1,351 @@
+"""The embedded archive's endpoint: the owning process serves the archive to every other one.
+
+chDB is ClickHouse inside one process, and one process at a time can open a data directory
+(its ``status`` file is locked). So the process that opens it, the *owner* (normally
+``faultline sink run``), also serves it: :class:`ArchiveEndpoint` is a small HTTP server on
+loopback that speaks the part of ClickHouse's HTTP interface that clickhouse-connect uses. Other
+processes (``faultline status``, ``report``, a replay archiving its rows) then read and write
+through an ordinary clickhouse-connect HTTP client: the code path of a ClickHouse server URL.
+
+They find the owner by its endpoint file in the data directory (:mod:`.endpoint_file`): its
+process id, port and a random token, the file readable by the owner's user only. Every request must present that
+token (HTTP basic auth, the password), because any local user can reach a loopback port; a
+request without it is refused before any SQL runs.
+
+What is served, per request (``POST /``; ``GET /ping`` answers ``Ok.``):
+
+* the query comes from the ``query`` parameter, the body, or both (ClickHouse's rule), or from
+  ``multipart/form-data`` fields; ``param_<name>`` values bind ``{name:Type}`` placeholders;
+* ``database`` selects the database (``USE``), every other parameter that is not one of the
+  HTTP transport's own is a ClickHouse setting, applied with ``SET`` on the endpoint's own
+  session and reset after, so no setting of one request (an insert's deduplication token)
+  leaks into the next;
+* ``INSERT ... FORMAT X`` followed by data is written to a private temporary file and
+  inserted with ``INSERT ... FROM INFILE`` (chunked request bodies included);
+* a statement ending in ``FORMAT X`` answers in X; any other answers TabSeparated, with
+  ``X-ClickHouse-Format`` set when it produced a result set (as a server does);
+* a ClickHouse error answers 500 with ``X-ClickHouse-Exception-Code`` and the message;
+* ``GET /faultline-identity?nonce=N`` answers an HMAC of N under the token: a client checks it
+  before it trusts the port, so a process that took the port of a dead owner is not served the
+  client's token or rows.
+
+Requests run one at a time on the endpoint's own chDB connection (its own session), beside the
+owner's connection: reads do not wait for the owner's writes to finish.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hmac
+import importlib
+import logging
+import os
+import re
+import secrets
+import tempfile
+import threading
+import zlib
+from email.parser import BytesParser
+from email.policy import HTTP
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from sinks.archive.endpoint_file import IDENTITY_PATH, EndpointFile, identity_proof
+
+__all__ = ["ArchiveEndpoint"]
+
+log = logging.getLogger(__name__)
+
+_MAX_BODY = 1 << 30  # a request body beyond this is refused (413)
+# HTTP parameters that belong to the transport, not to ClickHouse's settings.
+_TRANSPORT = frozenset({
+    "query", "database", "default_format", "user", "password", "session_id", "session_timeout", "session_check",
+    "query_id", "quota_key", "compress", "decompress", "buffer_size", "wait_end_of_query", "client_protocol_version",
+    "role", "stacktrace", "close_session", "enable_http_compression", "send_progress_in_http_headers",
+    "http_headers_progress_interval_ms", "cancel_http_readonly_queries_on_client_close", "http_zlib_compression_level",
+    "http_native_compression_disable_checksumming_on_decompress", "add_http_cors_header",
+})
+_SETTING_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_INSERT = re.compile(rb"^\s*(INSERT\s+INTO\s+.+?)\s+FORMAT\s+(\w+)[ \t]*(?:\r?\n|$)", re.IGNORECASE | re.DOTALL)
+_TRAILING_FORMAT = re.compile(r"\bFORMAT\s+(\w+)\s*;?\s*$", re.IGNORECASE)
+_ERROR_CODE = re.compile(r"Code: (\d+)\.")
+
+
+class _ClickHouseError(Exception):
+    def __init__(self, message: str, code: int = 1002, status: int = 500) -> None:
+        super().__init__(message)
+        self.code, self.status = code, status
+
+
+class _Session:
+    """The endpoint's own chDB connection, with the database and settings it has applied."""
+
+    def __init__(self, path: str) -> None:
+        import chdb
+
+        self._conn = chdb.connect(path)
+        self._lock = threading.Lock()
+        self._database = "default"
+        self._settings: dict[str, str] = {}
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def _run(self, sql: str, fmt: str, params: dict[str, str] | None = None) -> bytes:
+        try:
+            result = self._conn.query(sql, fmt, params=params or {})
+        except Exception as exc:  # chDB raises its own error types; all carry ClickHouse's message
+            message = str(exc)
+            start = message.find("Code: ")
+            message = message[start:] if start > 0 else message
+            code = _ERROR_CODE.search(message)
+            raise _ClickHouseError(message.strip(), int(code.group(1)) if code else 1002) from None
+        data = result.bytes() if hasattr(result, "bytes") else bytes(result)
+        return data or b""
+
+    def _prepare(self, database: str | None, settings: dict[str, str]) -> None:
+        database = database or "default"  # as a server does: no database named, the default one
+        if database != self._database:
+            self._run(f"USE {_identifier(database)}", "TabSeparated")
+            self._database = database
+        for name in [n for n in self._settings if n not in settings]:
+            self._run(f"SET {name} = DEFAULT", "TabSeparated")
+            del self._settings[name]
+        for name, value in settings.items():
+            if self._settings.get(name) != value:
+                self._run(f"SET {name} = {_literal(value)}", "TabSeparated")
+                self._settings[name] = value
+
+    def execute(self, query: bytes, params: dict[str, str], database: str | None, settings: dict[str, str],
+                default_format: str | None) -> tuple[bytes, str | None]:
+        """Run one request's statement; return the body and its result format (None: no result set)."""
+        with self._lock:
+            self._prepare(database, settings)
+            insert = _INSERT.match(query)
+            if insert is not None:
+                return self._insert(insert.group(1).decode(), insert.group(2).decode(), query[insert.end():], params)
+            try:
+                sql = query.decode()
+            except UnicodeDecodeError:
+                raise _ClickHouseError("the query is not UTF-8", code=27, status=400) from None
+            trailing = _TRAILING_FORMAT.search(sql)
+            if trailing is not None or default_format:
+                fmt = trailing.group(1) if trailing is not None else str(default_format)
+                return self._run(sql, fmt, params), fmt
+            # A server answers TabSeparated and reports a result set even when it has no rows: with
+            # names, a statement that produces one always has a first line, and one that does not, none.
+            body = self._run(sql, "TabSeparatedWithNames", params)
+            if not body:
+                return b"", None
+            newline = body.find(b"\n")
+            return (body[newline + 1:] if newline >= 0 else b""), "TabSeparated"
+
+    def _insert(self, head: str, fmt: str, data: bytes, params: dict[str, str]) -> tuple[bytes, str | None]:
+        if not data:
+            raise _ClickHouseError(f"{head} FORMAT {fmt} came without data", code=108, status=400)
+        fd, tmp = tempfile.mkstemp(prefix="faultline-insert-", suffix=f".{fmt.lower()}")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            self._run(f"{head} FROM INFILE {_literal(tmp)} FORMAT {fmt}", "TabSeparated", params)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        return b"", None
+
+
+def _identifier(name: str) -> str:
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"  # keep-alive: clickhouse-connect pools its connections
+    disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms delayed-ACK stall
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        log.debug("archive endpoint: " + format, *args)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        url = urlsplit(self.path)
+        if url.path.rstrip("/") in ("", "/ping"):
+            self._reply(200, b"Ok.\n")
+        elif url.path == IDENTITY_PATH:  # the owner proves it holds the token (see prove_identity)
+            nonce = dict(parse_qsl(url.query)).get("nonce", "")
+            self._reply(200, identity_proof(self.server.token, nonce).encode())
+        else:
+            self._reply(404, b"not found: POST / for queries, GET /ping for a liveness check\n")
+
+    def do_POST(self) -> None:  # noqa: N802
+        try:
+            self._authenticate()
+            body = self._body()
+            fields = dict(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
+            content_type = self.headers.get("Content-Type", "")
+            if content_type.startswith("multipart/form-data"):
+                fields.update(_form_fields(content_type, body))
+                body = b""
+            query = fields.pop("query", "").encode()
+            if query and body:
+                query += b"\n"
+            query += body
+            if not query.strip():
+                raise _ClickHouseError("empty query", code=62, status=400)
+            params = {k[len("param_"):]: v for k, v in fields.items() if k.startswith("param_")}
+            settings = {k: v for k, v in fields.items() if k not in _TRANSPORT and not k.startswith("param_")}
+            bad = [k for k in settings if not _SETTING_NAME.match(k)]
+            if bad:
+                raise _ClickHouseError(f"not a setting name: {bad[0]!r}", code=115, status=400)
+            data, fmt = self.server.session.execute(query, params, fields.get("database"), settings,
+                                                    fields.get("default_format"))
+        except _ClickHouseError as exc:
+            # The body may be unread (refused before it): end the connection rather than misread it.
+            self.close_connection = True
+            self._reply(exc.status, f"{exc}\n".encode(),
+                        {"X-ClickHouse-Exception-Code": str(exc.code), "Connection": "close"})
+            return
+        headers = {"X-ClickHouse-Summary": "{}", "X-ClickHouse-Timezone": "UTC"}
+        if fmt is not None:
+            headers["X-ClickHouse-Format"] = fmt
+        self._reply(200, data, headers)
+
+    def _authenticate(self) -> None:
+        scheme, _, credentials = self.headers.get("Authorization", "").partition(" ")
+        password = ""
+        if scheme.lower() == "basic":
+            try:
+                password = base64.b64decode(credentials, validate=True).decode().partition(":")[2]
+            except (ValueError, UnicodeDecodeError):
+                password = ""
+        password = password or self.headers.get("X-ClickHouse-Key", "")
+        if not hmac.compare_digest(password.encode(), self.server.token.encode()):
+            raise _ClickHouseError("faultline archive endpoint: wrong or missing token (the endpoint file "
+                                   "of the data directory holds it)", code=516, status=401)
+
+    def _body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            body = self._chunked()
+        else:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > _MAX_BODY:
+                raise _ClickHouseError(f"request body of {length} bytes is over {_MAX_BODY}", code=1002, status=413)
+            body = self.rfile.read(length) if length else b""
+        return _decoded(body, self.headers.get("Content-Encoding", "").strip().lower())
+
+    def _chunked(self) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            line = self.rfile.readline(1024).split(b";", 1)[0].strip()
+            try:
+                n = int(line, 16)
+            except ValueError:
+                raise _ClickHouseError("malformed chunked body", code=1002, status=400) from None
+            if n == 0:
+                while self.rfile.readline(1024).strip():  # trailers
+                    pass
+                return b"".join(parts)
+            size += n
+            if size > _MAX_BODY:
+                raise _ClickHouseError(f"request body over {_MAX_BODY} bytes", code=1002, status=413)
+            parts.append(self.rfile.read(n))
+            self.rfile.readline(1024)  # the CRLF after each chunk
+
+    def _reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=UTF-8" if status != 200 else "application/octet-stream")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _decoded(body: bytes, encoding: str) -> bytes:
+    """A request body as sent with ``Content-Encoding`` (clickhouse-connect compresses inserts)."""
+    try:
+        if encoding in ("", "identity"):
+            return body
+        if encoding == "gzip":
+            return gzip.decompress(body)
+        if encoding == "deflate":
+            return zlib.decompress(body)
+        if encoding == "lz4":
+            import lz4.frame  # clickhouse-connect's own dependency
+
+            return bytes(lz4.frame.decompress(body))
+        if encoding == "zstd":
+            zstd = _zstd()
+            if zstd is not None:
+                return bytes(zstd.decompress(body))
+    except (OSError, ValueError, RuntimeError, zlib.error) as exc:
+        raise _ClickHouseError(f"the {encoding} request body does not decompress: {exc}", code=1002,
+                               status=400) from None
+    raise _ClickHouseError(f"request bodies in {encoding!r} are not served: send identity, gzip, deflate, lz4 or zstd",
+                           code=1002, status=415)
+
+
+def _zstd() -> Any:
+    """The zstd module clickhouse-connect compresses with where it has one (Python 3.14's, or the backport)."""
+    for name in ("compression.zstd", "backports.zstd"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    return None
+
+
+def _form_fields(content_type: str, body: bytes) -> dict[str, str]:
+    """The text fields of a ``multipart/form-data`` body (clickhouse-connect sends long binds so)."""
+    message = BytesParser(policy=HTTP).parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + body)
+    fields: dict[str, str] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True)
+        if isinstance(name, str) and isinstance(payload, bytes):
+            fields[name] = payload.decode()
+    return fields
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = False
+
+    def __init__(self, session: _Session, token: str) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.session = session
+        self.token = token
+
+
+class ArchiveEndpoint:
+    """Serve the chDB directory this process owns on loopback, and say where in its endpoint file."""
+
+    def __init__(self, data_dir: str) -> None:
+        self.data_dir = data_dir
+        self._session = _Session(data_dir)
+        self._server = _Server(self._session, secrets.token_urlsafe(32))
+        self.file = EndpointFile(path=data_dir, pid=os.getpid(), port=self._server.server_address[1],
+                                 token=self._server.token)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="archive-endpoint", daemon=True)
+        self._thread.start()
+        self.file.write()
+        log.debug("archive %s served on 127.0.0.1:%d", data_dir, self.file.port)
+
+    @property
+    def port(self) -> int:
+        return self.file.port
+
+    def close(self) -> None:
+        """Stop serving: remove the endpoint file first, so nobody new comes, then the server."""
+        self.file.remove()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+        self._session.close()
