@@ -54,7 +54,9 @@ class KubernetesSettings(SourceSettings):
     label_selector: str | None = Field(None, description="Only pods with these labels.")
     gpu_resource: str = Field("nvidia.com/gpu", description="The extended resource that is a GPU.")
     job_labels: list[str] = Field(default_factory=lambda: list(PodRules().job_labels),
-                                  description="Labels that name a pod's job, first found wins.")
+                                  description="Labels that name a pod's job explicitly, first found wins "
+                                  "(else the workload's name: common/kube_workloads.py).")
+    qualify_namespace: bool = Field(False, description="Name jobs <namespace>/<name> (unique cluster-wide).")
     gpu_annotations: list[str] = Field(default_factory=lambda: list(PodRules().gpu_annotations),
                                        description="Pod annotations listing its GPUs (indices or UUIDs).")
     gpu_uuids: dict[str, list[str]] = Field(default_factory=dict, description="node -> GPU UUIDs by index.")
@@ -157,6 +159,6 @@ def create(ctx: SourceContext, settings: Mapping[str, Any]) -> KubernetesSource:
     cfg = KubernetesSettings.model_validate(settings)
     rules = PodRules(gpu_resource=cfg.gpu_resource, job_labels=tuple(cfg.job_labels),
                      gpu_annotations=tuple(cfg.gpu_annotations), gpu_uuids=cfg.gpu_uuids,
-                     max_restarts=cfg.max_restarts)
+                     max_restarts=cfg.max_restarts, qualify_namespace=cfg.qualify_namespace)
     return KubernetesSource(api_client(cfg), rules, namespace=cfg.namespace, label_selector=cfg.label_selector,
                             jobs=cfg.jobs, nodes=cfg.nodes, interval_s=cfg.interval_s, timeout_s=cfg.timeout_s)
