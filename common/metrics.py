@@ -72,6 +72,8 @@ name                                                       type     meaning
 ``faultline_job_checkpoint_age_seconds{training_job}``     gauge    now minus the newest good checkpoint
 ``faultline_job_checkpoint_interval_seconds{training_job}`` gauge   the job's configured interval
 ``faultline_job_loss{training_job}``                       gauge    the latest reported loss (NaN kept)
+``faultline_pod_gpu_info{node,namespace,pod,gpu_uuid,...}`` gauge   1 per GPU the kubelet gave a pod
+                                                                    (and ``gpu_index``; Kubernetes only)
 =========================================================  =======  ====================================
 
 Export the counters whose value NVML keeps (ECC) through a custom collector (a
@@ -177,6 +179,8 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("faultline_job_checkpoint_interval_seconds", "gauge", ("training_job",),
                "The job's configured checkpoint interval."),
     MetricSpec("faultline_job_loss", "gauge", ("training_job",), "The job's latest reported loss."),
+    MetricSpec("faultline_pod_gpu_info", "gauge", ("node", "namespace", "pod", "gpu_uuid", "gpu_index"),
+               "1 for each GPU the kubelet assigned to a pod (PodResources API)."),
 )
 
 

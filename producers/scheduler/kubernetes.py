@@ -19,12 +19,22 @@ service account, else ``kubeconfig`` / ``~/.kube/config``. Config section
       namespace: training              # else all namespaces
       label_selector: team=ml          # optional
       gpu_uuids: {gpu-07: [GPU-1a93c00c-..., GPU-2e56bd2c-...]}   # to turn UUIDs into indices
+      agent_gpus:                      # each pod's GPUs from its node's agent (kubelet PodResources)
+        namespace: faultline
+        label_selector: app.kubernetes.io/component=agent
+        port: 9464
+
+With ``agent_gpus`` (:mod:`~producers.scheduler.agent_gpus`), a job's start is
+held back (``hold_s``, 30 s) while a running pod's GPUs are not reported yet,
+so the allocation names the GPUs the kubelet gave it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,8 +42,9 @@ from typing import Any
 from pydantic import Field
 
 from producers.registry import SourceContext, SourceSettings
-from producers.scheduler.kubernetes_pods import PodRules, jobs_from_pods, nodes_from_objects
-from producers.scheduler.tracking import SchedulerTracker
+from producers.scheduler.agent_gpus import AgentGpus
+from producers.scheduler.kubernetes_pods import PodRules, jobs_from_pods, nodes_from_objects, unplaced
+from producers.scheduler.tracking import JobView, SchedulerTracker
 from producers.source import Observation
 
 __all__ = ["KubernetesSettings", "KubernetesSource", "api_client", "create"]
@@ -41,6 +52,13 @@ __all__ = ["KubernetesSettings", "KubernetesSource", "api_client", "create"]
 log = logging.getLogger("faultline.agent.kubernetes")
 
 _MAX_PAGES = 200
+
+
+class AgentGpusSettings(SourceSettings):
+    namespace: str = Field(description="The namespace of the agent pods.")
+    label_selector: str = Field(description="Selects the agent pods (one per node).")
+    port: int = Field(9464, ge=1, le=65535, description="The agents' metrics port.")
+    hold_s: float = Field(30.0, ge=0, description="Hold a job's start this long while a pod's GPUs are unknown.")
 
 
 class KubernetesSettings(SourceSettings):
@@ -64,6 +82,7 @@ class KubernetesSettings(SourceSettings):
     jobs: bool = Field(True, description="Report job events.")
     nodes: bool = Field(True, description="Report node readiness.")
     timeout_s: float = Field(20.0, gt=0, description="Deadline of one API request.")
+    agent_gpus: AgentGpusSettings | None = Field(None, description="Read pods' GPUs from the node agents.")
 
 
 def api_client(cfg: KubernetesSettings) -> Any:
@@ -114,6 +133,7 @@ class KubernetesSource:
         timeout_s: float = 20.0,
         page_size: int = 500,
         name: str = "kubernetes",
+        hold_s: float = 0.0,
     ) -> None:
         from kubernetes import client
 
@@ -129,6 +149,8 @@ class KubernetesSource:
         self.page_size = page_size
         self.name = name
         self.tracker = SchedulerTracker(vanished="cancelled")
+        self.hold_s = hold_s
+        self._held: dict[tuple[str, str], float] = {}
 
     def list_pods(self) -> list[Any]:
         """Every pod in scope (``V1Pod`` objects)."""
@@ -145,9 +167,32 @@ class KubernetesSource:
     def poll(self, now: datetime) -> list[Observation]:
         out: list[Observation] = []
         if self.report_jobs:
-            out.extend(self.tracker.jobs(jobs_from_pods(self.list_pods(), self.rules), now))
+            pods = self.list_pods()
+            out.extend(self.tracker.jobs(self._hold(jobs_from_pods(pods, self.rules), pods), now))
         if self.report_nodes:
             out.extend(self.tracker.nodes(nodes_from_objects(self.list_nodes()), now))
+        return out
+
+    def _hold(self, views: list[JobView], pods: list[Any]) -> list[JobView]:
+        """Hold back (as no verdict) a start whose pods' GPUs the agents do not report yet, up to
+        ``hold_s``: a ``job_started`` with the wrong GPUs would blame the wrong job for a GPU fault."""
+        if self.hold_s <= 0 or self.rules.assigned is None:
+            return views
+        waiting = unplaced(pods, self.rules)
+        clock = time.monotonic()
+        out = []
+        for view in views:
+            key = (view.job, view.run)
+            if view.state == "running" and view.job in waiting:
+                first = self._held.setdefault(key, clock)
+                if clock - first < self.hold_s:
+                    out.append(replace(view, state="other"))
+                    continue
+                log.warning("kubernetes: job %s starts with GPUs of some pods unknown after %.0f s (node "
+                            "agents not answering?): its ranks are placed by order on those nodes",
+                            view.job, self.hold_s)
+            self._held.pop(key, None)
+            out.append(view)
         return out
 
     def close(self) -> None:
@@ -157,8 +202,17 @@ class KubernetesSource:
 def create(ctx: SourceContext, settings: Mapping[str, Any]) -> KubernetesSource:
     """The ``kubernetes`` section's factory."""
     cfg = KubernetesSettings.model_validate(settings)
+    api = api_client(cfg)
+    assigned = None
+    if cfg.agent_gpus is not None:
+        from kubernetes import client
+
+        agents = cfg.agent_gpus
+        assigned = AgentGpus(client.CoreV1Api(api), agents.namespace, agents.label_selector, agents.port,
+                             refresh_s=min(cfg.interval_s, 10.0), timeout_s=min(cfg.timeout_s, 5.0))
     rules = PodRules(gpu_resource=cfg.gpu_resource, job_labels=tuple(cfg.job_labels),
                      gpu_annotations=tuple(cfg.gpu_annotations), gpu_uuids=cfg.gpu_uuids,
-                     max_restarts=cfg.max_restarts, qualify_namespace=cfg.qualify_namespace)
-    return KubernetesSource(api_client(cfg), rules, namespace=cfg.namespace, label_selector=cfg.label_selector,
-                            jobs=cfg.jobs, nodes=cfg.nodes, interval_s=cfg.interval_s, timeout_s=cfg.timeout_s)
+                     max_restarts=cfg.max_restarts, qualify_namespace=cfg.qualify_namespace, assigned=assigned)
+    return KubernetesSource(api, rules, namespace=cfg.namespace, label_selector=cfg.label_selector,
+                            jobs=cfg.jobs, nodes=cfg.nodes, interval_s=cfg.interval_s, timeout_s=cfg.timeout_s,
+                            hold_s=cfg.agent_gpus.hold_s if cfg.agent_gpus else 0.0)

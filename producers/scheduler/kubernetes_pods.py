@@ -12,7 +12,7 @@ takes as many consecutive ranks as it has GPUs.
 
 **GPUs.** Which GPUs of the node a pod holds comes, first, from
 ``assigned`` (the node agents' view of the kubelet's PodResources API,
-:mod:`producers.scheduler.kubelet_gpus`), else from ``NVIDIA_VISIBLE_DEVICES``
+:mod:`producers.scheduler.agent_gpus`), else from ``NVIDIA_VISIBLE_DEVICES``
 in its containers' env, else from one of ``gpu_annotations`` (default
 ``faultline.io/gpus``), either as indices (``0,1``) or as UUIDs (``GPU-...``),
 which ``gpu_uuids`` (node -> UUIDs in index order, e.g. from the inventory)
@@ -42,12 +42,12 @@ from typing import Any
 from common.kube_workloads import JOB_LABEL, WorkloadRules, gpu_count, identify
 from producers.scheduler.tracking import JobState, JobView, NodeView
 
-__all__ = ["AssignedGpus", "PodRules", "jobs_from_pods", "nodes_from_objects", "pod_gpu_count"]
+__all__ = ["AssignedGpus", "PodRules", "jobs_from_pods", "nodes_from_objects", "pod_gpu_count", "unplaced"]
 
 OWNER_LABEL = "faultline.io/owner"
 
-AssignedGpus = Callable[[Any], Sequence[str] | None]
-"""A pod -> the GPU UUIDs the kubelet assigned it (None: not known)."""
+AssignedGpus = Callable[[Any], Sequence[tuple[str, int | None]] | None]
+"""A pod -> the GPUs the kubelet assigned it, as (UUID, index on the node or None); None: not known."""
 
 
 @dataclass(frozen=True)
@@ -73,10 +73,6 @@ def pod_gpu_count(pod: Any, resource: str = "nvidia.com/gpu") -> int:
 
 
 def _visible_devices(pod: Any, rules: PodRules) -> list[str]:
-    if rules.assigned is not None:
-        assigned = rules.assigned(pod)
-        if assigned:
-            return list(assigned)
     for c in pod.spec.containers or []:
         for env in c.env or []:
             if env.name == "NVIDIA_VISIBLE_DEVICES" and env.value and env.value not in ("all", "none", "void"):
@@ -90,6 +86,11 @@ def _visible_devices(pod: Any, rules: PodRules) -> list[str]:
 
 def _gpus(pod: Any, rules: PodRules) -> tuple[list[int], list[str]]:
     """The pod's GPU indices on its node (those that are known) and UUIDs (if named so)."""
+    assigned = rules.assigned(pod) if rules.assigned is not None else None
+    if assigned:
+        order = list(rules.gpu_uuids.get(pod.spec.node_name or "", []))
+        indices = [i if i is not None else (order.index(u) if u in order else None) for u, i in assigned]
+        return [i for i in indices if i is not None], [u for u, _ in assigned]
     devices = _visible_devices(pod, rules)
     if all(d.isdigit() for d in devices):
         return [int(d) for d in devices], []
@@ -172,6 +173,19 @@ def jobs_from_pods(pods: Iterable[Any], rules: PodRules) -> list[JobView]:
         views.append(JobView(job=job, state=_state(group), run=_run(group), started_at=max(started, default=None),
                              ended_at=max(ended, default=None), details=_details(job, group, rules)))
     return views
+
+
+def unplaced(pods: Iterable[Any], rules: PodRules) -> set[str]:
+    """Jobs with a running GPU pod whose GPUs ``rules.assigned`` does not know (yet)."""
+    if rules.assigned is None:
+        return set()
+    workloads = rules.workloads
+    out = set()
+    for pod in pods:
+        ident = identify(pod, workloads)
+        if ident.gpus and pod.status and pod.status.phase == "Running" and not rules.assigned(pod):
+            out.add(ident.job)
+    return out
 
 
 def nodes_from_objects(nodes: Iterable[Any]) -> list[NodeView]:
