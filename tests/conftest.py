@@ -85,7 +85,7 @@ def unique_name(request: pytest.FixtureRequest) -> str:
 def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A real etcd + kube-apiserver for the session (:mod:`tests.kube_apiserver`); skipped, with the
     reason, where the binaries were not built."""
-    from tests.kube_apiserver import missing_apiserver, start_apiserver
+    from tests.kube_apiserver import apply_chart_rbac, missing_apiserver, start_apiserver
     from tests.kube_objects import Objects
 
     reason = missing_apiserver()
@@ -93,4 +93,5 @@ def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]
         pytest.skip(reason)
     with start_apiserver(tmp_path_factory.mktemp("kube")) as server:
         Objects(server.client()).crds()
+        apply_chart_rbac(server)  # the executor and job source users get exactly the chart's grants
         yield server

@@ -6,7 +6,9 @@ module proxy into ``.tools/bin`` by ``deploy/local/setup.sh --test``, see
 directory of their own. The API server writes itself a self-signed serving
 certificate (``--cert-dir``), authenticates bearer tokens from a static token
 file (an admin in ``system:masters``, and one user per test client that RBAC
-then restricts) and authorises with RBAC, as a cluster does. There is no
+then restricts) and authorises with RBAC, as a cluster does: :func:`apply_chart_rbac`
+binds the users ``faultline-executor`` and ``faultline-jobsource`` to the
+ClusterRoles the Helm chart renders, so the tests prove those grants are enough. There is no
 scheduler, controller manager or kubelet: tests create Nodes and Pods with
 ``nodeName`` set, and play the controllers' part themselves. So nothing
 recreates a deleted pod and no garbage collector runs; what the executor
@@ -31,7 +33,7 @@ from pathlib import Path
 from ssl import create_default_context
 from typing import Any
 
-__all__ = ["KubeApiServer", "missing_apiserver", "start_apiserver", "wait_until"]
+__all__ = ["KubeApiServer", "apply_chart_rbac", "missing_apiserver", "start_apiserver", "wait_until"]
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / ".tools" / "bin"
@@ -49,10 +51,11 @@ def _binary(name: str) -> Path | None:
 
 def missing_apiserver() -> str | None:
     """Why a test API server cannot start here, or ``None`` when it can."""
-    absent = [b for b in ("etcd", "kube-apiserver") if _binary(b) is None]
+    absent = [b for b in ("etcd", "kube-apiserver", "helm") if _binary(b) is None]
     if absent:
         return (f"{' and '.join(absent)} not built: bash deploy/local/setup.sh --test builds them from the Go "
-                "module proxy into .tools/bin (deploy/local/kube-apiserver/go.mod)")
+                "module proxy into .tools/bin (deploy/local/kube-apiserver/go.mod; helm renders the RBAC "
+                "the test clients run under)")
     if shutil.which("openssl") is None:
         return "openssl is needed to make the API server's service-account key"
     return None
@@ -181,3 +184,30 @@ def start_apiserver(root: Path, feature_gates: str = "") -> Iterator[KubeApiServ
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(timeout=10)
+
+
+def apply_chart_rbac(server: KubeApiServer) -> list[str]:
+    """Create the chart's ClusterRoles (helm template) and bind each to the test user of its stage."""
+    import yaml
+    from kubernetes import client
+
+    chart = ROOT / "deploy" / "helm" / "faultline"
+    done = subprocess.run([str(_binary("helm")), "template", "faultline", str(chart), "--namespace", "faultline",
+                           "--set", "kafka.securityProtocol=PLAINTEXT", "--set", "clickhouse.password=x",
+                           "--show-only", "templates/executor-rbac.yaml", "--show-only",
+                           "templates/jobsource-rbac.yaml"], capture_output=True, text=True, timeout=60, check=True)
+    rbac = client.RbacAuthorizationV1Api(server.client())
+    made = []
+    for obj in yaml.safe_load_all(done.stdout):
+        if not obj or obj["kind"] != "ClusterRole":
+            continue
+        name = obj["metadata"]["name"]  # faultline-executor, faultline-jobsource: the test users' names
+        rbac.create_cluster_role(obj)
+        rbac.create_cluster_role_binding({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "User", "name": name, "apiGroup": "rbac.authorization.k8s.io"}]})
+        made.append(name)
+    if sorted(made) != sorted(USERS):
+        raise RuntimeError(f"the chart renders ClusterRoles {made}, the tests expect {USERS}")
+    return made

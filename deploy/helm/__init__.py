@@ -1,1 +1,1 @@
-"""Kubernetes manifests of faultline (Kustomize base and overlays) and their offline check."""
+"""faultline's Helm chart (``faultline/``) and its offline check (``validate.py``)."""

@@ -1,11 +1,10 @@
-"""Render every Kustomize overlay and schema-check every object with kubeconform, offline.
+"""Lint the Helm chart, render it with every value set, and schema-check every object, offline.
 
-    python -m deploy.kubernetes.validate                 # all overlays, Kubernetes 1.32
-    python -m deploy.kubernetes.validate --kubernetes-version 1.30.0 overlays/production
+    python -m deploy.helm.validate                       # every ci/*-values.yaml, Kubernetes 1.32
+    python -m deploy.helm.validate --kubernetes-version 1.30.0 deploy/helm/faultline/ci/dev-values.yaml
 
-Tools: ``kustomize`` and ``kubeconform`` from ``.tools/bin`` (``deploy/local/setup.sh`` builds
-them from the Go module proxy) or ``$PATH``; ``kubectl kustomize`` stands in for a missing
-``kustomize``.
+Tools: ``helm`` and ``kubeconform`` from ``.tools/bin`` (``deploy/local/setup.sh --test`` builds
+them from the Go module proxy) or ``$PATH``.
 
 Schemas: kubeconform downloads JSON schemas from GitHub by default, which an offline machine
 cannot reach. The PyPI package ``kubernetes-validate`` (a dev dependency) ships the Kubernetes
@@ -15,6 +14,10 @@ resolves against that ``$id`` -- on the network. :func:`ensure_schemas` copies o
 strict set into ``.tools/kubernetes-json-schema/v<version>-standalone-strict/`` without the
 ``$id`` and with the references relative to the file, which kubeconform then resolves on disk
 (the layout its ``-schema-location`` template expects).
+
+The Prometheus Operator's kinds (``ServiceMonitor``, ``PrometheusRule``) have no schema in any
+registry package, so kubeconform skips exactly those two (:data:`NO_SCHEMA`); the tests check
+them instead (the rules against ``deploy/prometheus/alerts.yml`` and with ``promtool``).
 """
 
 from __future__ import annotations
@@ -28,16 +31,17 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["KUBERNETES_VERSION", "ROOT", "Tools", "ensure_schemas", "find_tools", "overlays", "render",
-           "validate", "main"]
+__all__ = ["CHART", "KUBERNETES_VERSION", "NO_SCHEMA", "Tools", "ensure_schemas", "find_tools", "lint", "render",
+           "validate", "value_sets", "main"]
 
 KUBERNETES_VERSION = "1.32.0"
 """The release the manifests are checked against by default (any from 1.25 works)."""
 
-ROOT = Path(__file__).resolve().parent
-"""deploy/kubernetes."""
+CHART = Path(__file__).resolve().parent / "faultline"
+NO_SCHEMA = ("ServiceMonitor", "PrometheusRule")
+RELEASE, NAMESPACE = "faultline", "faultline"
 
-_REPO = ROOT.parents[1]
+_REPO = CHART.parents[2]
 _TOOLS = _REPO / ".tools"
 _ABSOLUTE_REF = '"/api/_definitions.json#'
 _RELATIVE_REF = '"_definitions.json#'
@@ -45,9 +49,7 @@ _RELATIVE_REF = '"_definitions.json#'
 
 @dataclass(frozen=True)
 class Tools:
-    """How to render (a command prefix taking the overlay dir) and the kubeconform binary."""
-
-    kustomize: tuple[str, ...]
+    helm: str
     kubeconform: str
 
 
@@ -57,12 +59,8 @@ def find_tools() -> Tools | None:
         local = _TOOLS / "bin" / name
         return str(local) if local.is_file() else shutil.which(name)
 
-    kubeconform = which("kubeconform")
-    kustomize = which("kustomize")
-    kubectl = shutil.which("kubectl")
-    if kubeconform is None or (kustomize is None and kubectl is None):
-        return None
-    return Tools((kustomize, "build") if kustomize else (str(kubectl), "kustomize"), kubeconform)
+    helm, kubeconform = which("helm"), which("kubeconform")
+    return Tools(helm, kubeconform) if helm and kubeconform else None
 
 
 def ensure_schemas(version: str = KUBERNETES_VERSION, dest: Path | None = None) -> Path:
@@ -87,16 +85,32 @@ def ensure_schemas(version: str = KUBERNETES_VERSION, dest: Path | None = None) 
     return root
 
 
-def overlays() -> list[Path]:
-    """Every overlay directory (each has a kustomization.yaml)."""
-    return sorted(p.parent for p in (ROOT / "overlays").glob("*/kustomization.yaml"))
+def value_sets() -> list[Path]:
+    """The value files CI renders the chart with (``ci/*-values.yaml``)."""
+    return sorted((CHART / "ci").glob("*-values.yaml"))
 
 
-def render(tools: Tools, overlay: Path) -> str:
-    """The overlay's objects as one YAML stream."""
-    done = subprocess.run([*tools.kustomize, str(overlay)], capture_output=True, text=True, timeout=120)
+def _helm(tools: Tools, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([tools.helm, *args], capture_output=True, text=True, timeout=120)
+
+
+def lint(tools: Tools, values: Path | None = None) -> str:
+    """``helm lint --strict`` of the chart (with ``values``); raises RuntimeError with its report."""
+    done = _helm(tools, "lint", "--strict", str(CHART), *(["-f", str(values)] if values else []))
     if done.returncode != 0:
-        raise RuntimeError(f"rendering {overlay} failed: {done.stderr.strip()}")
+        raise RuntimeError(f"helm lint {values or ''}: {done.stdout.strip()} {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def render(tools: Tools, values: Path | None = None, *sets: str) -> str:
+    """The chart's objects as one YAML stream (release ``faultline`` in namespace ``faultline``)."""
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    args += ["-f", str(values)] if values else []
+    for s in sets:
+        args += ["--set", s]
+    done = _helm(tools, *args)
+    if done.returncode != 0:
+        raise RuntimeError(f"helm template {values or ''}: {done.stderr.strip()}")
     return done.stdout
 
 
@@ -106,7 +120,7 @@ def validate(tools: Tools, manifests: str, schema_root: Path, version: str = KUB
                "{{ .ResourceKind }}{{ .KindSuffix }}.json"
     done = subprocess.run(
         [tools.kubeconform, "-strict", "-summary", "-kubernetes-version", version,
-         "-schema-location", location, "-"],
+         "-schema-location", location, "-skip", ",".join(NO_SCHEMA), "-"],
         input=manifests, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise RuntimeError(f"kubeconform: {done.stdout.strip()} {done.stderr.strip()}")
@@ -114,23 +128,24 @@ def validate(tools: Tools, manifests: str, schema_root: Path, version: str = KUB
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Render and check the given overlays (default: all); 0 when every object is valid."""
+    """Lint, render and check with the given value files (default: every ci/ one); 0 when all pass."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("overlay", nargs="*", type=Path, help="overlay dirs (default: every overlay)")
+    p.add_argument("values", nargs="*", type=Path, help="value files (default: deploy/helm/faultline/ci/*)")
     p.add_argument("--kubernetes-version", default=KUBERNETES_VERSION)
     args = p.parse_args(argv)
     tools = find_tools()
     if tools is None:
-        print("kustomize (or kubectl) and kubeconform are needed: bash deploy/local/setup.sh", file=sys.stderr)
+        print("helm and kubeconform are needed: bash deploy/local/setup.sh --test", file=sys.stderr)
         return 2
     schemas = ensure_schemas(args.kubernetes_version)
     failed = 0
-    for overlay in args.overlay or overlays():
+    for values in args.values or value_sets():
         try:
-            print(f"{overlay}: {validate(tools, render(tools, overlay), schemas, args.kubernetes_version)}")
+            lint(tools, values)
+            print(f"{values.name}: {validate(tools, render(tools, values), schemas, args.kubernetes_version)}")
         except RuntimeError as exc:
             failed += 1
-            print(f"{overlay}: {exc}", file=sys.stderr)
+            print(f"{values.name}: {exc}", file=sys.stderr)
     return 1 if failed else 0
 
 

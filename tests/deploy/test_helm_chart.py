@@ -1,28 +1,35 @@
-"""The Kubernetes manifests: every overlay renders, every object passes kubeconform (strict, offline
-schemas from kubernetes-validate), and the properties the deployment promises hold."""
+"""The Helm chart (deploy/helm/faultline): it lints, every value set renders and every object passes
+kubeconform (strict, offline schemas from kubernetes-validate), and the properties the deployment
+promises hold: keys and passwords only from Secrets, least-privilege RBAC, the job source in the
+default install, alert rules from the one file promtool checks."""
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from deploy.kubernetes.validate import Tools, ensure_schemas, find_tools, overlays, render, validate
+from common.metrics import METRICS_PORTS
+from deploy.helm.validate import CHART, Tools, ensure_schemas, find_tools, lint, render, validate, value_sets
 
 TOOLS = find_tools()
 pytestmark = [
-    pytest.mark.skipif(TOOLS is None, reason="kustomize/kubectl or kubeconform not installed "
-                                             "(deploy/local/setup.sh builds them into .tools/bin with Go)"),
+    pytest.mark.skipif(TOOLS is None, reason="helm or kubeconform not installed "
+                                             "(deploy/local/setup.sh --test builds them into .tools/bin with Go)"),
     pytest.mark.skipif(importlib.util.find_spec("kubernetes_validate") is None,
                        reason="kubernetes-validate (the offline schemas) not installed: pip install -e '.[dev]'"),
 ]
 
-OVERLAYS = {p.name: p for p in overlays()}
-METRICS_PORTS = {"agent": 9464, "correlator": 9465, "sink": 9466, "executor": 9467}  # common/metrics.py
+VALUES = {p.name.removesuffix("-values.yaml"): p for p in value_sets()}
+REQUIRED = ("kafka.existingSecret=faultline-kafka", "clickhouse.existingSecret=faultline-clickhouse")
+ALERTS = CHART.parents[1] / "prometheus" / "alerts.yml"
+STAGES = ("correlator", "sink", "executor")
 
 
 def _tools() -> Tools:
@@ -31,12 +38,14 @@ def _tools() -> Tools:
 
 
 @functools.cache
-def _rendered(overlay: str) -> str:
-    return render(_tools(), OVERLAYS[overlay])
+def _rendered(values: str) -> str:
+    if values == "default":  # the chart's own values, with the two Secrets it cannot make up
+        return render(_tools(), None, *REQUIRED)
+    return render(_tools(), VALUES[values])
 
 
-def _objects(overlay: str) -> list[dict[str, Any]]:
-    return [o for o in yaml.safe_load_all(_rendered(overlay)) if o]
+def _objects(values: str) -> list[dict[str, Any]]:
+    return [o for o in yaml.safe_load_all(_rendered(values)) if o]
 
 
 def _one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -50,16 +59,23 @@ def _pod_specs(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             if o["kind"] in ("Deployment", "DaemonSet")}
 
 
-def test_there_are_overlays() -> None:
-    assert {"dev", "production"} <= set(OVERLAYS)
+def _env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in container.get("env", [])}
 
 
-@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
-def test_every_object_passes_kubeconform(overlay: str) -> None:
-    summary = validate(_tools(), _rendered(overlay), ensure_schemas())
-    objects = _objects(overlay)
+def test_there_are_value_sets() -> None:
+    assert {"dev", "production", "scoped"} <= set(VALUES)
+
+
+@pytest.mark.parametrize("values", ["default", *sorted(VALUES)])
+def test_every_value_set_lints_and_every_object_passes_kubeconform(values: str) -> None:
+    if values != "default":
+        lint(_tools(), VALUES[values])
+    summary = validate(_tools(), _rendered(values), ensure_schemas())
+    objects = _objects(values)
+    unchecked = sum(o["kind"] in ("ServiceMonitor", "PrometheusRule") for o in objects)
     assert f"{len(objects)} resources found" in summary
-    assert f"Valid: {len(objects)}, Invalid: 0, Errors: 0, Skipped: 0" in summary
+    assert f"Valid: {len(objects) - unchecked}, Invalid: 0, Errors: 0, Skipped: {unchecked}" in summary
 
 
 def test_kubeconform_rejects_a_typo() -> None:
@@ -67,6 +83,55 @@ def test_kubeconform_rejects_a_typo() -> None:
     bad = _rendered("production").replace("readOnlyRootFilesystem: true", "readOnlyRootFilesystm: true", 1)
     with pytest.raises(RuntimeError, match="readOnlyRootFilesystm"):
         validate(_tools(), bad, ensure_schemas())
+
+
+def test_every_stage_is_installed_by_default_the_job_source_included() -> None:
+    objects = _objects("default")
+    specs = _pod_specs(objects)
+    assert set(specs) == {"faultline-agent", "faultline-jobsource", "faultline-correlator", "faultline-sink",
+                          "faultline-executor"}
+    jobsource = specs["faultline-jobsource"]
+    assert jobsource["containers"][0]["command"] == ["faultline", "agent", "--config", "/etc/faultline/jobsource.yaml"]
+    config = yaml.safe_load(_one(objects, "ConfigMap", "faultline-jobsource")["data"]["jobsource.yaml"])
+    assert list(config["sources"]) == ["kubernetes"]
+    assert _one(objects, "Deployment", "faultline-jobsource")["spec"]["replicas"] == 1
+
+
+def test_keys_and_passwords_come_from_secrets_only() -> None:
+    for values in ("default", "production", "scoped"):
+        objects = _objects(values)
+        specs = _pod_specs(objects)
+        correlator = _env(specs["faultline-correlator"]["containers"][0])
+        for name in ("FAULTLINE_SIGNING_KEYS", "FAULTLINE_SNAPSHOT_KEY", "FAULTLINE_KAFKA_PASSWORD"):
+            assert "secretKeyRef" in correlator[name]["valueFrom"], (values, name)
+        if "faultline-executor" in specs:
+            executor = _env(specs["faultline-executor"]["containers"][0])
+            assert executor["FAULTLINE_SIGNING_KEYS"]["valueFrom"]["secretKeyRef"]["key"] == "signing-keys"
+        for spec in specs.values():
+            for c in spec.get("initContainers", []) + spec["containers"]:
+                for var in c.get("env", []):
+                    if any(w in var["name"] for w in ("PASSWORD", "KEY")):
+                        assert "value" not in var, (values, c["name"], var["name"])
+                assert not any("password" in a.lower() or "secret" in a.lower() for a in c.get("command", []))
+        for cm in (o for o in objects if o["kind"] == "ConfigMap"):
+            text = yaml.safe_dump(cm["data"]).lower()
+            assert "password" not in text and "signing" not in text, cm["metadata"]["name"]
+
+
+def test_the_keys_are_generated_and_kept_unless_a_secret_is_named() -> None:
+    keys = _one(_objects("default"), "Secret", "faultline-keys")
+    assert keys["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert set(keys["data"]) == {"signing-keys", "snapshot-key"}
+    assert not [o for o in _objects("production") if o["kind"] == "Secret"]  # all three named, none made
+    correlator = _env(_pod_specs(_objects("production"))["faultline-correlator"]["containers"][0])
+    assert correlator["FAULTLINE_SNAPSHOT_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "faultline-keys"
+    assert correlator["FAULTLINE_KAFKA_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "faultline-kafka", "key": "kafka-password-correlator"}
+
+
+def test_sasl_without_a_password_secret_refuses_to_render() -> None:
+    with pytest.raises(RuntimeError, match="set kafka.existingSecret"):
+        render(_tools(), None, "clickhouse.existingSecret=c")
 
 
 def test_agent_daemonset_runs_on_gpu_nodes_with_minimal_privileges() -> None:
@@ -78,11 +143,14 @@ def test_agent_daemonset_runs_on_gpu_nodes_with_minimal_privileges() -> None:
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms[0]["matchExpressions"][0]["key"] == "nvidia.com/gpu.present"
     assert spec["automountServiceAccountToken"] is False
+    assert spec["priorityClassName"] == "system-node-critical"
     agent = spec["containers"][0]
     volumes = {v["name"]: v for v in spec["volumes"]}
     kmsg = next(m for m in agent["volumeMounts"] if m["mountPath"] == "/dev/kmsg")
     assert kmsg["readOnly"] is True
     assert volumes[kmsg["name"]]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
+    sockets = next(m for m in agent["volumeMounts"] if m["mountPath"] == "/var/lib/kubelet/pod-resources")
+    assert sockets["readOnly"] is True  # the kubelet's PodResources socket, read only
     sc = agent["securityContext"]
     assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
     assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
@@ -91,32 +159,57 @@ def test_agent_daemonset_runs_on_gpu_nodes_with_minimal_privileges() -> None:
     annotations = ds["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == str(METRICS_PORTS["agent"])
     assert spec["initContainers"][0]["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    config = yaml.safe_load(_one(_objects("production"), "ConfigMap", "faultline-agent")["data"]["agent.yaml"])
+    assert config["sources"]["kubelet_gpus"]["socket"] == "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
-def test_executor_rbac_is_exactly_least_privilege() -> None:
+def _rules(role: dict[str, Any]) -> dict[tuple[tuple[str, ...], tuple[str, ...]], list[str]]:
+    return {(tuple(r["apiGroups"]), tuple(r["resources"])): sorted(r["verbs"]) for r in role["rules"]}
+
+
+def test_rbac_is_exactly_least_privilege() -> None:
     objects = _objects("production")
-    roles = [o for o in objects if o["kind"] in ("Role", "ClusterRole")]
-    assert [r["metadata"]["name"] for r in roles] == ["faultline-executor"]
-    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): sorted(r["verbs"]) for r in roles[0]["rules"]}
-    assert rules == {
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] in ("Role", "ClusterRole")}
+    assert set(roles) == {"faultline-executor", "faultline-jobsource"}
+    kubeflow = ("pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs", "mxjobs")
+    assert _rules(roles["faultline-executor"]) == {  # sinks/executors/kubernetes.py's table
         (("",), ("nodes",)): ["get", "list", "patch"],
-        (("",), ("pods",)): ["delete", "get", "list"],
+        (("",), ("pods",)): ["delete", "list"],
         (("",), ("pods/eviction",)): ["create"],
+        (("batch",), ("jobs",)): ["delete", "get", "list"],
+        (("kubeflow.org",), kubeflow): ["get"],
+        (("jobset.x-k8s.io",), ("jobsets",)): ["get"],
+        (("leaderworkerset.x-k8s.io",), ("leaderworkersets",)): ["get"],
+        (("resource.k8s.io",), ("resourceslices",)): ["list"],
+        (("resource.k8s.io",), ("devicetaintrules",)): ["create", "delete", "list"],
     }
-    binding = _one(objects, "ClusterRoleBinding", "faultline-executor")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "faultline-executor", "namespace": "faultline"}]
+    assert _rules(roles["faultline-jobsource"]) == {  # read only
+        (("",), ("pods", "nodes")): ["list", "watch"],
+        (("batch",), ("jobs",)): ["get", "list", "watch"],
+        (("kubeflow.org",), kubeflow): ["get", "list", "watch"],
+        (("jobset.x-k8s.io",), ("jobsets",)): ["get", "list", "watch"],
+        (("leaderworkerset.x-k8s.io",), ("leaderworkersets",)): ["get", "list", "watch"],
+    }
+    for stage in ("executor", "jobsource"):
+        binding = _one(objects, "ClusterRoleBinding", f"faultline-{stage}")
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"faultline-{stage}",
+                                        "namespace": "faultline"}]
     specs = _pod_specs(objects)
     assert specs["faultline-executor"]["serviceAccountName"] == "faultline-executor"
-    # only the executor gets an API token
+    # only the executor and the job source get an API token
     for name, spec in specs.items():
-        assert spec.get("automountServiceAccountToken") is (name == "faultline-executor"), name
+        assert spec.get("automountServiceAccountToken") is (name in ("faultline-executor", "faultline-jobsource")), name
 
 
-@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
-def test_every_container_is_bounded_and_every_reference_resolves(overlay: str) -> None:
-    objects = _objects(overlay)
+@pytest.mark.parametrize("values", ["default", *sorted(VALUES)])
+def test_every_container_is_bounded_and_every_reference_resolves(values: str) -> None:
+    objects = _objects(values)
     configmaps = {o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"}
-    secrets = {o["metadata"]["name"] for o in objects if o["kind"] == "Secret"} or {"faultline-secrets"}
+    wanted = yaml.safe_load(VALUES[values].read_text()) if values in VALUES else {}
+    named = {(wanted.get(k) or {}).get("existingSecret") for k in ("kafka", "keys", "clickhouse")} | {
+        "faultline-kafka", "faultline-clickhouse"} if values == "default" else {
+        (wanted.get(k) or {}).get("existingSecret") for k in ("kafka", "keys", "clickhouse")}
+    secrets = {o["metadata"]["name"] for o in objects if o["kind"] == "Secret"} | (named - {None, ""})
     for name, spec in _pod_specs(objects).items():
         for c in spec.get("initContainers", []) + spec["containers"]:
             where = f"{name}/{c['name']}"
@@ -139,26 +232,41 @@ def test_every_container_is_bounded_and_every_reference_resolves(overlay: str) -
 def test_stages_are_scrapable_where_prometheus_looks() -> None:
     objects = _objects("production")
     specs = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
-    prometheus = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "prometheus.yml"
-    targets = prometheus.read_text() if prometheus.is_file() else ""
-    for stage in ("correlator", "sink", "executor"):
-        service = _one(objects, "Service", stage)
+    for stage in STAGES:
+        service = _one(objects, "Service", f"faultline-{stage}")
         assert service["spec"]["ports"][0]["port"] == METRICS_PORTS[stage]
         pod = specs[f"faultline-{stage}"]["spec"]["template"]
         assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(METRICS_PORTS[stage])
         env = {v["name"]: v.get("value") for v in pod["spec"]["containers"][0]["env"]}
         assert env["FAULTLINE_METRICS_PORT"] == str(METRICS_PORTS[stage])  # the process serves it there
         assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
-        if targets:
-            assert f"{stage}:{METRICS_PORTS[stage]}" in targets
+        assert service["spec"]["ports"][0]["name"] == "metrics"
+    monitor = _one(objects, "ServiceMonitor", "faultline")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    services = [o for o in objects if o["kind"] == "Service"]
+    assert len(services) == 5 and all(monitor["spec"]["selector"]["matchLabels"].items()
+                                      <= s["metadata"]["labels"].items() for s in services)
+
+
+def test_the_prometheus_rule_is_the_alert_file_promtool_checks(tmp_path: Path) -> None:
+    rule = _one(_objects("production"), "PrometheusRule", "faultline")
+    assert rule["spec"]["groups"] == yaml.safe_load(ALERTS.read_text())["groups"]
+    promtool = shutil.which("promtool")
+    if promtool:  # the rendered rules, checked like the file itself
+        out = tmp_path / "rendered-rules.yml"
+        out.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+        done = subprocess.run([promtool, "check", "rules", str(out)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert (CHART / "files" / "alerts.yml").is_symlink()  # read from deploy/prometheus, never copied
 
 
 def test_topics_are_applied_before_every_stage_and_correlators_are_standbys() -> None:
     objects = _objects("production")
     specs = _pod_specs(objects)
-    for stage in ("correlator", "sink", "executor"):
+    for stage in (*STAGES, "jobsource"):
         init = specs[f"faultline-{stage}"]["initContainers"][0]
         assert init["command"] == ["faultline", "topics", "apply"]
+        assert _env(init)["FAULTLINE_KAFKA_USERNAME"]["value"] == "faultline-admin"
     correlator = _one(objects, "Deployment", "faultline-correlator")
     assert correlator["spec"]["replicas"] == 2
     env = {v["name"]: v.get("value") for v in specs["faultline-correlator"]["containers"][0]["env"]}
@@ -167,11 +275,51 @@ def test_topics_are_applied_before_every_stage_and_correlators_are_standbys() ->
     sink = specs["faultline-sink"]["containers"][0]
     archive = next(v["value"] for v in sink["env"] if v["name"] == "FAULTLINE_ARCHIVE")
     assert "$(FAULTLINE_CLICKHOUSE_PASSWORD)" in archive and "dev-only" not in _rendered("production")
+    scoped = _pod_specs(_objects("scoped"))
+    assert not [c for s in scoped.values() for c in s.get("initContainers", []) if c["name"] == "topics"]
 
 
-def test_dev_overlay_runs_without_gpus_and_executes_nothing() -> None:
+def test_dev_values_run_without_gpus_and_execute_nothing() -> None:
     objects = _objects("dev")
     agent = _one(objects, "DaemonSet", "faultline-agent")["spec"]["template"]["spec"]
     assert "runtimeClassName" not in agent and "affinity" not in agent
     executor = _one(objects, "Deployment", "faultline-executor")["spec"]["template"]["spec"]["containers"][0]
     assert executor["command"][-1] == "--dry-run"
+    assert "FAULTLINE_KAFKA_PASSWORD" not in _env(executor)  # plaintext Kafka: no credentials at all
+
+
+def test_a_scoped_release_watches_one_namespace_and_pins_the_image() -> None:
+    objects = _objects("scoped")
+    config = yaml.safe_load(_one(objects, "ConfigMap", "faultline-jobsource")["data"]["jobsource.yaml"])
+    assert config["sources"]["kubernetes"]["namespace"] == "team-a"
+    assert config["sources"]["kubernetes"]["qualify_namespace"] is True
+    assert "faultline-executor" not in _pod_specs(objects)
+    images = {c["image"] for s in _pod_specs(objects).values() for c in s["containers"]}
+    assert len(images) == 1 and next(iter(images)).startswith("registry.example.com/faultline/faultline@sha256:")
+
+
+@pytest.mark.parametrize("values", ["default", *sorted(VALUES)])
+def test_the_rendered_agent_and_job_source_configs_are_valid(values: str, tmp_path: Path) -> None:
+    """The configs the chart writes load, and each source's section validates (as test_compose.py
+    checks the configs the other deployments ship)."""
+    from pydantic import ValidationError
+
+    from producers.agent import load_config
+    from producers.registry import SourceContext, load_factory
+
+    maps = {o["metadata"]["name"]: o["data"] for o in _objects(values) if o["kind"] == "ConfigMap"}
+    for name, key in (("faultline-agent", "agent.yaml"), ("faultline-jobsource", "jobsource.yaml")):
+        path = tmp_path / key
+        path.write_text(maps[name][key].replace("node: NODE_NAME", "node: gpu-node-01"))
+        config = load_config(path)
+        assert config.sources and config.metrics_port == 9464
+        ctx = SourceContext(node="gpu-node-01", state_dir=tmp_path)
+        for section, settings in config.sources.items():
+            try:
+                source = load_factory(section)(ctx, settings)
+            except ValidationError as exc:
+                pytest.fail(f"{name}: sources.{section}: {exc}")
+            except Exception:
+                continue  # not a config error: a device, a socket or an API this machine lacks
+            if source is not None:
+                source.close()

@@ -83,7 +83,7 @@ def scene(kube_apiserver: KubeApiServer) -> Iterator[Scene]:
              "name": "NVIDIA H100 80GB HBM3"} for i in range(8)]))
     pods = {f"{prefix}-llama": _pytorchjob(objects, ns, f"{prefix}-llama", nodes[:2]),
             f"{prefix}-mistral": _pytorchjob(objects, ns, f"{prefix}-mistral", nodes[2:])}
-    source = KubernetesSource(kube_apiserver.client(), PodRules(), namespace=ns, nodes=False)
+    source = KubernetesSource(kube_apiserver.client("faultline-jobsource"), PodRules(), namespace=ns, nodes=False)
     capture += [json.dumps(o) for o in source.poll(NOW)]  # both jobs started
     llama = f"{prefix}-llama"
     capture += [
@@ -103,7 +103,7 @@ def scene(kube_apiserver: KubeApiServer) -> Iterator[Scene]:
 
 
 def _execute(server: KubeApiServer, commands: list[dict[str, Any]]) -> dict[str, str]:
-    backend = KubernetesBackend(k8s.CoreV1Api(server.client()), device_taints=True, timeout_s=10)
+    backend = KubernetesBackend(k8s.CoreV1Api(server.client("faultline-executor")), device_taints=True, timeout_s=10)
     executor = Executor(backend, ResultLedger())
     results = {}
     for raw in commands:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -43,7 +44,8 @@ def test_workloads_become_jobs_with_their_ranks(kube_apiserver: KubeApiServer, n
         objects.pod(ns, f"ix-{c}", nodes[3], gpus=4, owner=owner("Job", "ix"),
                     labels={"batch.kubernetes.io/job-name": "ix", "batch.kubernetes.io/job-completion-index": str(c)},
                     annotations={"batch.kubernetes.io/job-completion-index": str(c)})
-    source = KubernetesSource(kube_apiserver.client(), PodRules(), namespace=ns, nodes=False, page_size=2)
+    source = KubernetesSource(kube_apiserver.client("faultline-jobsource"), PodRules(), namespace=ns, nodes=False,
+                              page_size=2)
     started = {o["job"]: o for o in source.poll(NOW)}
     assert set(started) == {"llama", "ix"} and all(o["event"] == "job_started" for o in started.values())
     assert [(a["node"], a["ranks"][0]) for a in started["llama"]["allocation"]] == [
@@ -61,7 +63,52 @@ def test_node_readiness_from_a_real_node_status(kube_apiserver: KubeApiServer, n
     objects = Objects(kube_apiserver.client())
     objects.node(f"{ns}-ok")
     objects.node(f"{ns}-down", ready=False)
-    source = KubernetesSource(kube_apiserver.client(), PodRules(), jobs=False)
+    source = KubernetesSource(kube_apiserver.client("faultline-jobsource"), PodRules(), jobs=False)
     mine = [o for o in source.poll(NOW) if str(o.get("node", "")).startswith(ns)]
     assert mine == [{"ts": "2026-04-22T03:30:00.000+00:00", "source": "scheduler", "event": "node_not_ready",
                      "node": f"{ns}-down", "reason": "KubeletNotReady: test"}]
+
+
+def test_gpus_come_from_the_kubelet_through_the_nodes_agent(kube_apiserver: KubeApiServer, ns: str,
+                                                            tmp_path: Path) -> None:
+    """fake kubelet (PodResources gRPC) -> the node agent's kubelet_gpus source -> its metrics port ->
+    the job source (finding the agent pod through the API) -> the job's allocation names those GPUs."""
+    from kubernetes import client as k8s
+    from prometheus_client import start_http_server
+
+    from producers.node.kubelet_gpus import KubeletGpus
+    from producers.scheduler.agent_gpus import AgentGpus
+    from tests.kube_objects import gpu_uuid
+    from tests.producers.node.fake_kubelet import fake_kubelet
+
+    objects = Objects(kube_apiserver.client())
+    node = f"{ns}-n1"
+    objects.node(node)
+    labels = {"training.kubeflow.org/job-name": "gpt", "training.kubeflow.org/operator-name": "pytorchjob-controller"}
+    for name, rtype in (("gpt-master-0", "master"), ("gpt-worker-0", "worker")):  # two 4-GPU pods, one node
+        objects.pod(ns, name, node, gpus=4, owner=owner("PyTorchJob", "gpt"), labels={
+            **labels, "training.kubeflow.org/replica-type": rtype, "training.kubeflow.org/replica-index": "0"})
+    objects.pod(ns, "agent-x", node, gpus=0, labels={"app.kubernetes.io/component": "agent"})
+    objects.core.patch_namespaced_pod_status("agent-x", ns, {"status": {"podIP": "127.0.0.1",
+                                                                         "podIPs": [{"ip": "127.0.0.1"}]}})
+    server, thread = start_http_server(0, addr="127.0.0.1")
+    uuids = [gpu_uuid(node, i) for i in range(8)]
+    try:
+        with fake_kubelet(tmp_path) as (kubelet, socket):
+            agent = KubeletGpus(node, socket, indices=lambda: {u.lower(): i for i, u in enumerate(uuids)})
+            kubelet.pods = [(ns, "gpt-master-0", {"train": {"nvidia.com/gpu": uuids[4:]}})]  # worker not yet
+            agent.poll(NOW)
+            assigned = AgentGpus(k8s.CoreV1Api(kube_apiserver.client("faultline-jobsource")), ns,
+                                 "app.kubernetes.io/component=agent", server.server_port, refresh_s=0)
+            source = KubernetesSource(kube_apiserver.client("faultline-jobsource"), PodRules(assigned=assigned),
+                                      namespace=ns, nodes=False, hold_s=30)
+            assert source.poll(NOW) == []  # held: worker-0's GPUs are not reported yet
+            kubelet.pods.append((ns, "gpt-worker-0", {"train": {"nvidia.com/gpu": uuids[:4]}}))
+            agent.poll(NOW)
+            [started] = source.poll(NOW)
+            assert started["allocation"] == [{"node": node, "gpus": [4, 5, 6, 7, 0, 1, 2, 3],
+                                              "ranks": list(range(8)), "gpu_uuids": uuids[4:] + uuids[:4]}]
+            agent.close()
+    finally:
+        server.shutdown()
+        thread.join(5)

@@ -2,7 +2,9 @@
 (node and DRA device), eviction under PodDisruptionBudgets, restart of each workload kind, release.
 
 There is no controller manager or kubelet: a deleted pod stays (terminating) and nothing is
-recreated, so each test checks what the executor asked the API for, object by object."""
+recreated, so each test checks what the executor asked the API for, object by object. The backend
+runs as the user ``faultline-executor``, bound to the ClusterRole the Helm chart renders: what it
+does, it may do, and no more is granted (tests/deploy/test_helm_chart.py pins the grants)."""
 
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ def cluster(kube_apiserver: KubeApiServer) -> Iterator[Cluster]:
     objects = Objects(kube_apiserver.client())
     ns = objects.namespace(f"{prefix}-training")
     sleeps: list[float] = []
-    backend = KubernetesBackend(k8s.CoreV1Api(kube_apiserver.client()), device_taints=True,
+    backend = KubernetesBackend(k8s.CoreV1Api(kube_apiserver.client("faultline-executor")), device_taints=True,
                                 sleep=sleeps.append, timeout_s=10, evict_backoff_s=0.5)
     yield Cluster(objects, backend, ns, prefix, sleeps)
     for namespace in [n.metadata.name for n in objects.core.list_namespace().items if n.metadata.name.startswith(prefix)]:
