@@ -6,9 +6,12 @@ package), page by page with a deadline per request;
 :mod:`~producers.scheduler.kubernetes_pods` groups the GPU pods into jobs
 and reads node conditions, and
 :class:`~producers.scheduler.tracking.SchedulerTracker` reports what changed
-(a job whose pods are all gone is ``job_cancelled``). Listing on a fixed
-cadence, rather than holding a watch open, fits the agent's ``poll`` and
-needs no resume logic after an API server restart.
+(a job whose pods are all gone is ``job_cancelled``). By default every poll
+lists; with ``watch: true`` (the Helm chart's setting) the pods and nodes are
+listed once and then watched (:mod:`~producers.scheduler.kubernetes_watch`),
+and each poll -- every ``interval_s``, a few seconds -- looks at the watched
+copy: the API server is spared a full list per poll and a failure is
+reported within seconds.
 
 Where the API server is: ``host`` (+ ``token_file``), else the in-cluster
 service account, else ``kubeconfig`` / ``~/.kube/config``. Config section
@@ -41,10 +44,13 @@ from typing import Any
 
 from pydantic import Field
 
+from common.kube_workloads import Workload, identify
 from producers.registry import SourceContext, SourceSettings
 from producers.scheduler.agent_gpus import AgentGpus
 from producers.scheduler.kubernetes_pods import PodRules, jobs_from_pods, nodes_from_objects, unplaced
+from producers.scheduler.kubernetes_watch import WatchCache
 from producers.scheduler.tracking import JobView, SchedulerTracker
+from producers.scheduler.workload_specs import WorkloadSpecs
 from producers.source import Observation
 
 __all__ = ["KubernetesSettings", "KubernetesSource", "api_client", "create"]
@@ -62,7 +68,9 @@ class AgentGpusSettings(SourceSettings):
 
 
 class KubernetesSettings(SourceSettings):
-    interval_s: float = Field(15.0, gt=0, description="Seconds between two listings.")
+    interval_s: float = Field(15.0, gt=0, description="Seconds between two listings (with watch: two looks).")
+    watch: bool = Field(False, description="List once, then watch (kubernetes_watch.py): large clusters.")
+    read_workloads: bool = Field(True, description="Read max_restarts/elastic from each job's workload object.")
     host: str | None = Field(None, description="API server URL; else in-cluster, else kubeconfig.")
     token_file: Path | None = Field(None, description="With host: a bearer token file.")
     verify_ssl: bool = Field(True, description="With host: verify the server's certificate.")
@@ -134,6 +142,8 @@ class KubernetesSource:
         page_size: int = 500,
         name: str = "kubernetes",
         hold_s: float = 0.0,
+        watch: bool = False,
+        read_workloads: bool = False,
     ) -> None:
         from kubernetes import client
 
@@ -150,11 +160,22 @@ class KubernetesSource:
         self.name = name
         self.tracker = SchedulerTracker(vanished="cancelled")
         self.hold_s = hold_s
+        self.watch = watch
+        self.specs = WorkloadSpecs(api, timeout_s) if read_workloads else None
+        self._pods: WatchCache | None = None
+        self._nodes: WatchCache | None = None
         self._held: dict[tuple[str, str], float] = {}
 
     def list_pods(self) -> list[Any]:
         """Every pod in scope (``V1Pod`` objects)."""
-        selector = {"label_selector": self.label_selector} if self.label_selector else {}
+        selector: dict[str, Any] = {"label_selector": self.label_selector} if self.label_selector else {}
+        if self.watch:
+            if self._pods is None:
+                scope: dict[str, Any] = {"namespace": self.namespace} if self.namespace else {}
+                call = self.core.list_namespaced_pod if self.namespace else self.core.list_pod_for_all_namespaces
+                self._pods = WatchCache(call, "pods", page_size=self.page_size, timeout_s=self.timeout_s,
+                                        **scope, **selector)
+            return self._pods.snapshot()
         if self.namespace:
             return _all_pages(self.core.list_namespaced_pod, self.timeout_s, self.page_size,
                               namespace=self.namespace, **selector)
@@ -162,15 +183,39 @@ class KubernetesSource:
 
     def list_nodes(self) -> list[Any]:
         """Every node (``V1Node`` objects)."""
+        if self.watch:
+            if self._nodes is None:
+                self._nodes = WatchCache(self.core.list_node, "nodes", page_size=self.page_size,
+                                         timeout_s=self.timeout_s)
+            return self._nodes.snapshot()
         return _all_pages(self.core.list_node, self.timeout_s, self.page_size)
 
     def poll(self, now: datetime) -> list[Observation]:
         out: list[Observation] = []
         if self.report_jobs:
             pods = self.list_pods()
-            out.extend(self.tracker.jobs(self._hold(jobs_from_pods(pods, self.rules), pods), now))
+            views = self._with_workload_fields(self._hold(jobs_from_pods(pods, self.rules), pods), pods)
+            out.extend(self.tracker.jobs(views, now))
         if self.report_nodes:
             out.extend(self.tracker.nodes(nodes_from_objects(self.list_nodes()), now))
+        return out
+
+    def _with_workload_fields(self, views: list[JobView], pods: list[Any]) -> list[JobView]:
+        """Running jobs get their workload's restart budget and elasticity (workload_specs.py)."""
+        if self.specs is None or not any(v.state == "running" for v in views):
+            return views
+        owners: dict[str, tuple[Workload, int]] = {}
+        for pod in pods:
+            ident = identify(pod, self.rules.workloads)
+            if ident.gpus:
+                workload, most = owners.get(ident.job, (ident.workload, 0))
+                owners[ident.job] = (workload, max(most, ident.gpus))
+        out = []
+        for view in views:
+            if view.state == "running" and view.job in owners:
+                workload, per_pod = owners[view.job]
+                view = replace(view, details={**view.details, **self.specs.fields(workload, view.run, per_pod)})
+            out.append(view)
         return out
 
     def _hold(self, views: list[JobView], pods: list[Any]) -> list[JobView]:
@@ -196,6 +241,9 @@ class KubernetesSource:
         return out
 
     def close(self) -> None:
+        for cache in (self._pods, self._nodes):
+            if cache is not None:
+                cache.close()
         self.api.close()
 
 
@@ -215,4 +263,5 @@ def create(ctx: SourceContext, settings: Mapping[str, Any]) -> KubernetesSource:
                      max_restarts=cfg.max_restarts, qualify_namespace=cfg.qualify_namespace, assigned=assigned)
     return KubernetesSource(api, rules, namespace=cfg.namespace, label_selector=cfg.label_selector,
                             jobs=cfg.jobs, nodes=cfg.nodes, interval_s=cfg.interval_s, timeout_s=cfg.timeout_s,
-                            hold_s=cfg.agent_gpus.hold_s if cfg.agent_gpus else 0.0)
+                            hold_s=cfg.agent_gpus.hold_s if cfg.agent_gpus else 0.0, watch=cfg.watch,
+                            read_workloads=cfg.read_workloads)

@@ -94,6 +94,7 @@ def test_every_stage_is_installed_by_default_the_job_source_included() -> None:
     assert jobsource["containers"][0]["command"] == ["faultline", "agent", "--config", "/etc/faultline/jobsource.yaml"]
     config = yaml.safe_load(_one(objects, "ConfigMap", "faultline-jobsource")["data"]["jobsource.yaml"])
     assert list(config["sources"]) == ["kubernetes"]
+    assert config["sources"]["kubernetes"]["watch"] is True and config["sources"]["kubernetes"]["agent_gpus"]
     assert _one(objects, "Deployment", "faultline-jobsource")["spec"]["replicas"] == 1
 
 
@@ -185,10 +186,9 @@ def test_rbac_is_exactly_least_privilege() -> None:
     }
     assert _rules(roles["faultline-jobsource"]) == {  # read only
         (("",), ("pods", "nodes")): ["list", "watch"],
-        (("batch",), ("jobs",)): ["get", "list", "watch"],
-        (("kubeflow.org",), kubeflow): ["get", "list", "watch"],
-        (("jobset.x-k8s.io",), ("jobsets",)): ["get", "list", "watch"],
-        (("leaderworkerset.x-k8s.io",), ("leaderworkersets",)): ["get", "list", "watch"],
+        (("batch",), ("jobs",)): ["get"],
+        (("kubeflow.org",), kubeflow): ["get"],
+        (("jobset.x-k8s.io",), ("jobsets",)): ["get"],
     }
     for stage in ("executor", "jobsource"):
         binding = _one(objects, "ClusterRoleBinding", f"faultline-{stage}")

@@ -112,3 +112,70 @@ def test_gpus_come_from_the_kubelet_through_the_nodes_agent(kube_apiserver: Kube
     finally:
         server.shutdown()
         thread.join(5)
+
+
+def test_the_watch_reports_changes_and_lists_again_after_410_gone(kube_apiserver: KubeApiServer, ns: str) -> None:
+    import threading
+
+    from producers.scheduler.kubernetes_watch import WatchCache
+    from tests.kube_apiserver import wait_until
+
+    objects = Objects(kube_apiserver.client())
+    node = f"{ns}-n1"
+    objects.node(node)
+    source = KubernetesSource(kube_apiserver.client("faultline-jobsource"), PodRules(), namespace=ns, nodes=False,
+                              watch=True, page_size=1)
+    assert source.poll(NOW) == []  # listed; the watch runs from here
+    assert isinstance(source._pods, WatchCache)
+    source._pods.watch_s = 1  # the server ends each watch after a second: resumes are exercised too
+    for i in range(2):
+        objects.pod(ns, f"ix-{i}", node, gpus=4, owner=owner("Job", "ix"),
+                    labels={"batch.kubernetes.io/job-name": "ix"},
+                    annotations={"batch.kubernetes.io/job-completion-index": str(i)})
+    seen: list[dict[str, object]] = []
+    wait_until(lambda: bool(seen.extend(source.poll(NOW)) or seen), 30, "the pods seen through the watch")
+    assert [(o["event"], o["job"], o["world_size"]) for o in seen] == [("job_started", "ix", 8)]
+
+    # The job source away (its watch not resuming) while etcd compacts its history past the version
+    # it holds and a pod fails: the resumed watch gets 410 Gone, and only a new list sees the failure.
+    source._pods._stop.set()
+    assert source._pods._thread is not None
+    source._pods._thread.join(10)
+    objects.set_phase(ns, "ix-1", "Failed")
+    kube_apiserver.compact_etcd()
+    source._pods._stop.clear()
+    source._pods._thread = None  # the next look lists (and watches) again, as after a restart of the watch
+    source._pods._synced = True
+    held = source._pods._version
+    source._pods._thread = threading.Thread(target=source._pods._run, daemon=True)
+    source._pods._thread.start()
+    failed: list[dict[str, object]] = []
+
+    def look() -> bool:
+        try:
+            failed.extend(source.poll(NOW))
+        except RuntimeError as exc:  # between the 410 and the new list: the poll fails (the agent backs off)
+            assert "the watch failed" in str(exc) and "410" in str(exc)
+        return bool(failed)
+
+    wait_until(look, 60, "the failure seen after relisting")
+    assert [(o["event"], o["job"]) for o in failed] == [("job_failed", "ix")]
+    assert source._pods.relists >= 2 and source._pods._version != held
+    source.close()
+
+
+def test_restart_budget_and_elasticity_come_from_the_workload(kube_apiserver: KubeApiServer, ns: str) -> None:
+    objects = Objects(kube_apiserver.client())
+    node = f"{ns}-n1"
+    objects.node(node)
+    obj = objects.custom_object("PyTorchJob", ns, "el", spec={
+        "runPolicy": {"backoffLimit": 7}, "elasticPolicy": {"minReplicas": 1, "maxReplicas": 4}})
+    for i in range(2):
+        objects.pod(ns, f"el-worker-{i}", node, gpus=2, owner=owner("PyTorchJob", "el", obj["metadata"]["uid"]),
+                    labels={"training.kubeflow.org/job-name": "el", "training.kubeflow.org/replica-type": "worker",
+                            "training.kubeflow.org/replica-index": str(i)})
+    source = KubernetesSource(kube_apiserver.client("faultline-jobsource"), PodRules(max_restarts=3), namespace=ns,
+                              nodes=False, read_workloads=True)
+    [started] = source.poll(NOW)
+    assert (started["max_restarts"], started["elastic"]) == (7, {"min_gpus": 2, "max_gpus": 8})
+    source.close()
