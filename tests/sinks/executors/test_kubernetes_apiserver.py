@@ -251,3 +251,26 @@ def test_a_job_renamed_by_its_label_is_found_by_that_name_only(cluster: Cluster)
     assert cluster.objects.terminating(cluster.ns) == set()
     assert "PyTorchJob" in cluster.backend.execute(command("c2", "restart_job", node=None, job=f"{job}-run2"))
     assert cluster.objects.terminating(cluster.ns) == set(names)
+
+
+def test_restart_of_an_indexed_job_deletes_its_pods_unless_it_is_suspended(cluster: Cluster) -> None:
+    node = cluster.node(1)
+    for name in ("ix", "held"):
+        job_name = f"{cluster.prefix}-{name}"
+        labels = {"batch.kubernetes.io/job-name": job_name}
+        job = cluster.objects.job(cluster.ns, job_name, labels)
+        for c in range(2):
+            cluster.objects.pod(cluster.ns, f"{job_name}-{c}", node, owner=owner("Job", job_name, job.metadata.uid),
+                                labels={**labels, "batch.kubernetes.io/job-completion-index": str(c)})
+    cluster.objects.batch.patch_namespaced_job(f"{cluster.prefix}-held", cluster.ns, {"spec": {"suspend": True}})
+    with pytest.raises(ExecutionError, match="is suspended: resume it first"):
+        cluster.backend.execute(command("c1", "restart_job", node=None, job=f"{cluster.prefix}-held"))
+    detail = cluster.backend.execute(command("c2", "restart_job", node=None, job=f"{cluster.prefix}-ix"))
+    assert detail.startswith(f"deleted 2 pods of Job {cluster.ns}/{cluster.prefix}-ix for the Job controller")
+    assert cluster.objects.terminating(cluster.ns) == {f"{cluster.prefix}-ix-0", f"{cluster.prefix}-ix-1"}
+
+
+def test_the_api_server_is_asked_whether_it_serves_device_taint_rules(kube_apiserver: KubeApiServer) -> None:
+    from sinks.executors.kubernetes_dra import served
+
+    assert served(kube_apiserver.client("faultline-executor")) is True  # 1.37: resource.k8s.io/v1
