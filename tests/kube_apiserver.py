@@ -14,6 +14,13 @@ scheduler, controller manager or kubelet: tests create Nodes and Pods with
 recreates a deleted pod and no garbage collector runs; what the executor
 *asked* for is what the tests check.
 
+Kubernetes 1.37 serves Dynamic Resource Allocation (``resource.k8s.io/v1``) and
+``DeviceTaintRule`` (the ``DRADeviceTaints``/``DRADeviceTaintRules`` gates are
+on by default there), so no feature gate is needed; ``feature_gates`` is for
+an older build. The watch cache is off (``--watch-cache=false``), so watches
+read etcd and :meth:`KubeApiServer.compact_etcd` gives a stale watch its
+``410 Gone``, as a compaction does in a cluster.
+
 Every wait has a deadline; leaving the context stops both processes.
 :func:`missing_apiserver` says why the servers cannot run here, for a skip.
 """
