@@ -68,6 +68,7 @@ _CR = {  # kind -> (group, version, plural) of the objects read before a restart
     "LeaderWorkerSet": ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
     **{kind: ("kubeflow.org", "v1", kind.lower() + "s") for kind in KUBEFLOW_KINDS},
 }
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)")
 _TERMINAL = {"Succeeded", "Failed", "Complete", "Completed", "FailureTarget", "SuccessCriteriaMet"}
 
 
@@ -113,6 +114,8 @@ class JobRestarter:
     def find(self, job: str) -> dict[Workload, list[Any]]:
         """The job's pods by workload (see the module docstring for the order of look-ups)."""
         namespace, _, name = job.rpartition("/")
+        if not _LABEL_VALUE.fullmatch(name):  # a controller's long name: no label can hold it
+            return matching(job, self._list(namespace, None), self.rules)
         for label in self.rules.job_labels:
             found = matching(job, self._list(namespace, f"{label}={name}"), self.rules)
             if found:

@@ -274,3 +274,11 @@ def test_the_api_server_is_asked_whether_it_serves_device_taint_rules(kube_apise
     from sinks.executors.kubernetes_dra import served
 
     assert served(kube_apiserver.client("faultline-executor")) is True  # 1.37: resource.k8s.io/v1
+
+
+def test_a_job_named_after_a_long_controller_name_is_found_by_listing(cluster: Cluster) -> None:
+    node, name = cluster.node(1), f"{cluster.prefix}-" + "serving-replicas-of-a-very-long-model-name" * 2
+    cluster.objects.pod(cluster.ns, "long-0", node, owner=owner("StatefulSet", name))
+    assert len(name) > 63  # longer than any label value: the look-up lists the namespace instead
+    detail = cluster.backend.execute(command("c1", "restart_job", node=None, job=f"{cluster.ns}/{name}"))
+    assert detail == f"deleted 1 pods of job {cluster.ns}/{name} for their controller to recreate"
