@@ -106,7 +106,7 @@ class KubernetesBackend:
         self,
         api: k8s.CoreV1Api,
         *,
-        job_label: str = JOB_LABEL,
+        job_label: str | None = None,
         rules: WorkloadRules | None = None,
         device_taints: bool = False,
         evict_attempts: int = 5,
@@ -115,10 +115,8 @@ class KubernetesBackend:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.api = api
-        base = rules or WorkloadRules()
-        labels = (job_label, *[label for label in base.job_labels if label != job_label])
-        self.rules = WorkloadRules(labels, base.gpu_resource, base.qualify_namespace)
-        self.job_label = job_label
+        # the job source's mapping (common/kube_workloads.py), with the same explicit job labels
+        self.rules = rules or WorkloadRules(job_labels=(job_label or JOB_LABEL,))
         # per-GPU fencing: only where the API server serves DeviceTaintRule (from_environment asks it)
         self.devices = DeviceFence(api.api_client, timeout_s) if device_taints else None
         self.restarter = JobRestarter(api, self.rules, timeout_s)

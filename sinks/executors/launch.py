@@ -44,6 +44,7 @@ class ExecutorOptions:
     min_nodes: int = 1
     timeout_s: float = 30.0
     keys: SigningKeys | None = None  # verify the correlator's signatures (None: accept unsigned commands)
+    job_labels: tuple[str, ...] = ()  # kubernetes: labels naming a pod's job (the job source's job_labels)
 
 
 def make_backend(opts: ExecutorOptions) -> Backend:
@@ -53,9 +54,11 @@ def make_backend(opts: ExecutorOptions) -> Backend:
 
         return SlurmBackend(timeout_s=opts.timeout_s)
     if opts.backend == "kubernetes":
+        from common.kube_workloads import WorkloadRules
         from sinks.executors.kubernetes import KubernetesBackend
 
-        return KubernetesBackend.from_environment(timeout_s=opts.timeout_s)
+        rules = WorkloadRules(job_labels=opts.job_labels) if opts.job_labels else None
+        return KubernetesBackend.from_environment(timeout_s=opts.timeout_s, rules=rules)
     from sinks.executors.webhook import WebhookBackend
 
     if not opts.url:

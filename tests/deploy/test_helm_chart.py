@@ -285,6 +285,10 @@ def test_dev_values_run_without_gpus_and_execute_nothing() -> None:
     assert "runtimeClassName" not in agent and "affinity" not in agent
     executor = _one(objects, "Deployment", "faultline-executor")["spec"]["template"]["spec"]["containers"][0]
     assert executor["command"][-1] == "--dry-run"
+    config = yaml.safe_load(_one(objects, "ConfigMap", "faultline-jobsource")["data"]["jobsource.yaml"])
+    labels = config["sources"]["kubernetes"]["job_labels"]
+    assert labels == ["faultline.io/job"]  # one list, handed to both ends
+    assert executor["command"][executor["command"].index("--job-label") + 1] == labels[0]
     assert "FAULTLINE_KAFKA_PASSWORD" not in _env(executor)  # plaintext Kafka: no credentials at all
 
 

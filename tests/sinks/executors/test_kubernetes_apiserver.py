@@ -282,3 +282,15 @@ def test_a_job_named_after_a_long_controller_name_is_found_by_listing(cluster: C
     assert len(name) > 63  # longer than any label value: the look-up lists the namespace instead
     detail = cluster.backend.execute(command("c1", "restart_job", node=None, job=f"{cluster.ns}/{name}"))
     assert detail == f"deleted 1 pods of job {cluster.ns}/{name} for their controller to recreate"
+
+
+def test_the_executor_honours_the_job_sources_own_job_labels(kube_apiserver: KubeApiServer, cluster: Cluster) -> None:
+    from common.kube_workloads import WorkloadRules
+
+    node, run = cluster.node(1), f"{cluster.prefix}-run-7"
+    cluster.objects.pod(cluster.ns, "a-0", node, labels={"team.io/run": run}, owner=owner("StatefulSet", "a"))
+    backend = KubernetesBackend(k8s.CoreV1Api(kube_apiserver.client("faultline-executor")), timeout_s=10,
+                                rules=WorkloadRules(job_labels=("team.io/run",)))
+    assert backend.execute(command("c1", "restart_job", node=None, job=run)).startswith(f"deleted 1 pods of job {run}")
+    with pytest.raises(ExecutionError, match="no pods of job"):  # the default label knows no such job
+        cluster.backend.execute(command("c2", "restart_job", node=None, job=f"{cluster.prefix}-run-8"))
