@@ -168,6 +168,27 @@ class Objects:
                          "uuid": {"string": gpu_uuid(node, i)}, "index": {"int": i},
                          "productName": {"string": "NVIDIA H100 80GB HBM3"}}} for i in range(gpus)]}}))
 
+    def claimed_pod(self, namespace: str, name: str, node: str, devices: list[str], *,
+                    labels: dict[str, str] | None = None, owner: dict[str, Any] | None = None) -> Any:
+        """A pod whose GPUs come from a ResourceClaim the scheduler allocated ``devices`` (of ``node``'s
+        pool) to, as DRA does it: no nvidia.com/gpu limit at all."""
+        claim = f"{name}-gpus"
+        self.resource.create_namespaced_resource_claim(namespace, k8s.ResourceV1ResourceClaim.from_dict({
+            "metadata": {"name": claim},
+            "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                "deviceClassName": DRA_DRIVER, "allocationMode": "ExactCount", "count": len(devices)}}]}}}))
+        self.resource.patch_namespaced_resource_claim_status(claim, namespace, {"status": {"allocation": {
+            "devices": {"results": [{"request": "gpus", "driver": DRA_DRIVER, "pool": node, "device": d}
+                                    for d in devices]}}}})
+        meta: dict[str, Any] = {"name": name, "labels": labels or {}}
+        if owner:
+            meta["ownerReferences"] = [owner]
+        self.core.create_namespaced_pod(namespace, {"metadata": meta, "spec": {
+            "nodeName": node, "restartPolicy": "Never",
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": claim}],
+            "containers": [{"name": "train", "image": "train:1", "resources": {"claims": [{"name": "gpus"}]}}]}})
+        return self.set_phase(namespace, name, "Running")
+
     # --- reads -------------------------------------------------------------------------
 
     def terminating(self, namespace: str) -> set[str]:

@@ -22,6 +22,7 @@ service account, else ``kubeconfig`` / ``~/.kube/config``. Config section
       namespace: training              # else all namespaces
       label_selector: team=ml          # optional
       gpu_uuids: {gpu-07: [GPU-1a93c00c-..., GPU-2e56bd2c-...]}   # to turn UUIDs into indices
+      dra_driver: gpu.nvidia.com       # DRA pods: their claims' allocated devices are their GPUs
       agent_gpus:                      # each pod's GPUs from its node's agent (kubelet PodResources)
         namespace: faultline
         label_selector: app.kubernetes.io/component=agent
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -47,13 +48,21 @@ from pydantic import Field
 from common.kube_workloads import Workload, identify
 from producers.registry import SourceContext, SourceSettings
 from producers.scheduler.agent_gpus import AgentGpus
-from producers.scheduler.kubernetes_pods import PodRules, jobs_from_pods, nodes_from_objects, unplaced
+from producers.scheduler.dra_gpus import DraGpus
+from producers.scheduler.kubernetes_pods import (
+    AssignedGpus,
+    PodRules,
+    gpus_of,
+    jobs_from_pods,
+    nodes_from_objects,
+    unplaced,
+)
 from producers.scheduler.kubernetes_watch import WatchCache
 from producers.scheduler.tracking import JobView, SchedulerTracker
 from producers.scheduler.workload_specs import WorkloadSpecs
 from producers.source import Observation
 
-__all__ = ["KubernetesSettings", "KubernetesSource", "api_client", "create"]
+__all__ = ["KubernetesSettings", "KubernetesSource", "api_client", "create", "first_known"]
 
 log = logging.getLogger("faultline.agent.kubernetes")
 
@@ -91,6 +100,8 @@ class KubernetesSettings(SourceSettings):
     nodes: bool = Field(True, description="Report node readiness.")
     timeout_s: float = Field(20.0, gt=0, description="Deadline of one API request.")
     agent_gpus: AgentGpusSettings | None = Field(None, description="Read pods' GPUs from the node agents.")
+    dra_driver: str | None = Field(None, description="Read DRA pods' GPUs from their ResourceClaims (this "
+                                   "driver's devices, e.g. gpu.nvidia.com).")
 
 
 def api_client(cfg: KubernetesSettings) -> Any:
@@ -206,10 +217,10 @@ class KubernetesSource:
             return views
         owners: dict[str, tuple[Workload, int]] = {}
         for pod in pods:
-            ident = identify(pod, self.rules.workloads)
-            if ident.gpus:
+            ident, count = identify(pod, self.rules.workloads), gpus_of(pod, self.rules)
+            if count:
                 workload, most = owners.get(ident.job, (ident.workload, 0))
-                owners[ident.job] = (workload, max(most, ident.gpus))
+                owners[ident.job] = (workload, max(most, count))
         out = []
         for view in views:
             if view.state == "running" and view.job in owners:
@@ -247,17 +258,32 @@ class KubernetesSource:
         self.api.close()
 
 
+def first_known(providers: list[AssignedGpus]) -> AssignedGpus:
+    """A pod's GPUs from the first provider that knows them (DRA claims, then the node agents)."""
+    def assigned(pod: Any) -> Sequence[tuple[str, int | None]] | None:
+        for provider in providers:
+            found = provider(pod)
+            if found:
+                return found
+        return None
+
+    return assigned
+
+
 def create(ctx: SourceContext, settings: Mapping[str, Any]) -> KubernetesSource:
     """The ``kubernetes`` section's factory."""
     cfg = KubernetesSettings.model_validate(settings)
     api = api_client(cfg)
-    assigned = None
+    providers: list[AssignedGpus] = []
+    if cfg.dra_driver:
+        providers.append(DraGpus(api, cfg.dra_driver, refresh_s=min(cfg.interval_s, 10.0), timeout_s=cfg.timeout_s))
     if cfg.agent_gpus is not None:
         from kubernetes import client
 
         agents = cfg.agent_gpus
-        assigned = AgentGpus(client.CoreV1Api(api), agents.namespace, agents.label_selector, agents.port,
-                             refresh_s=min(cfg.interval_s, 10.0), timeout_s=min(cfg.timeout_s, 5.0))
+        providers.append(AgentGpus(client.CoreV1Api(api), agents.namespace, agents.label_selector, agents.port,
+                                   refresh_s=min(cfg.interval_s, 10.0), timeout_s=min(cfg.timeout_s, 5.0)))
+    assigned = first_known(providers) if providers else None
     rules = PodRules(gpu_resource=cfg.gpu_resource, job_labels=tuple(cfg.job_labels),
                      gpu_annotations=tuple(cfg.gpu_annotations), gpu_uuids=cfg.gpu_uuids,
                      max_restarts=cfg.max_restarts, qualify_namespace=cfg.qualify_namespace, assigned=assigned)

@@ -7,12 +7,13 @@ attribute, so any client version's models do).
 orders a job's pods (Kubeflow training jobs, JobSets, LeaderWorkerSet groups,
 indexed Jobs, an explicit ``faultline.io/job`` label) -- the same mapping the
 executor uses to find a job's pods again. Only pods whose containers ask for
-``gpu_resource`` (``nvidia.com/gpu``) are looked at; in rank order, each pod
-takes as many consecutive ranks as it has GPUs.
+``gpu_resource`` (``nvidia.com/gpu``), or whose ResourceClaims were allocated
+GPUs (DRA, :mod:`producers.scheduler.dra_gpus`), are looked at; in rank order,
+each pod takes as many consecutive ranks as it has GPUs.
 
 **GPUs.** Which GPUs of the node a pod holds comes, first, from
 ``assigned`` (the node agents' view of the kubelet's PodResources API,
-:mod:`producers.scheduler.agent_gpus`), else from ``NVIDIA_VISIBLE_DEVICES``
+:mod:`producers.scheduler.agent_gpus`, or the DRA allocation), else from ``NVIDIA_VISIBLE_DEVICES``
 in its containers' env, else from one of ``gpu_annotations`` (default
 ``faultline.io/gpus``), either as indices (``0,1``) or as UUIDs (``GPU-...``),
 which ``gpu_uuids`` (node -> UUIDs in index order, e.g. from the inventory)
@@ -42,7 +43,8 @@ from typing import Any
 from common.kube_workloads import JOB_LABEL, WorkloadRules, gpu_count, identify
 from producers.scheduler.tracking import JobState, JobView, NodeView
 
-__all__ = ["AssignedGpus", "PodRules", "jobs_from_pods", "nodes_from_objects", "pod_gpu_count", "unplaced"]
+__all__ = ["AssignedGpus", "PodRules", "gpus_of", "jobs_from_pods", "nodes_from_objects", "pod_gpu_count",
+           "unplaced"]
 
 OWNER_LABEL = "faultline.io/owner"
 
@@ -70,6 +72,14 @@ class PodRules:
 def pod_gpu_count(pod: Any, resource: str = "nvidia.com/gpu") -> int:
     """GPUs the pod's containers ask for (limits, else requests)."""
     return gpu_count(pod, resource)
+
+
+def gpus_of(pod: Any, rules: PodRules) -> int:
+    """The pod's GPUs: its device-plugin request, else (DRA) the devices allocated to its claims."""
+    asked = gpu_count(pod, rules.gpu_resource)
+    if asked or rules.assigned is None or not (pod.spec and pod.spec.resource_claims):
+        return asked
+    return len(rules.assigned(pod) or [])
 
 
 def _visible_devices(pod: Any, rules: PodRules) -> list[str]:
@@ -135,7 +145,7 @@ def _details(job: str, pods: Sequence[Any], rules: PodRules) -> dict[str, Any]:
     rank = 0
     owner = None
     for pod in pods:
-        count = pod_gpu_count(pod, rules.gpu_resource)
+        count = gpus_of(pod, rules)
         indices, uuids = _gpus(pod, rules)
         entry = per_node.setdefault(pod.spec.node_name or "", {"gpus": [], "ranks": [], "gpu_uuids": []})
         entry["gpus"].extend(indices)
@@ -162,7 +172,7 @@ def jobs_from_pods(pods: Iterable[Any], rules: PodRules) -> list[JobView]:
     workloads = rules.workloads
     for pod in pods:
         ident = identify(pod, workloads)
-        if ident.gpus > 0:
+        if ident.gpus > 0 or gpus_of(pod, rules) > 0:
             groups.setdefault(ident.job, []).append((ident.order, pod))
     views = []
     for job, members in groups.items():

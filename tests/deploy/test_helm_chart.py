@@ -189,6 +189,8 @@ def test_rbac_is_exactly_least_privilege() -> None:
         (("batch",), ("jobs",)): ["get"],
         (("kubeflow.org",), kubeflow): ["get"],
         (("jobset.x-k8s.io",), ("jobsets",)): ["get"],
+        (("resource.k8s.io",), ("resourceclaims",)): ["get"],  # DRA pods' GPUs (jobSource.draDriver)
+        (("resource.k8s.io",), ("resourceslices",)): ["list"],
     }
     for stage in ("executor", "jobsource"):
         binding = _one(objects, "ClusterRoleBinding", f"faultline-{stage}")

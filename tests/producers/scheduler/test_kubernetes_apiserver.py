@@ -179,3 +179,26 @@ def test_restart_budget_and_elasticity_come_from_the_workload(kube_apiserver: Ku
     [started] = source.poll(NOW)
     assert (started["max_restarts"], started["elastic"]) == (7, {"min_gpus": 2, "max_gpus": 8})
     source.close()
+
+
+def test_dra_pods_gpus_are_the_devices_allocated_to_their_claims(kube_apiserver: KubeApiServer, ns: str) -> None:
+    from producers.scheduler.dra_gpus import DraGpus
+    from tests.kube_objects import gpu_uuid
+
+    objects = Objects(kube_apiserver.client())
+    node = f"{ns}-n1"
+    objects.node(node)
+    objects.resource_slice(node)
+    labels = {"training.kubeflow.org/job-name": "dra", "training.kubeflow.org/operator-name": "pytorchjob-controller"}
+    for name, rtype, devices in (("dra-master-0", "master", ["gpu-6", "gpu-7"]),
+                                 ("dra-worker-0", "worker", ["gpu-1", "gpu-0"])):
+        objects.claimed_pod(ns, name, node, devices, owner=owner("PyTorchJob", "dra"), labels={
+            **labels, "training.kubeflow.org/replica-type": rtype, "training.kubeflow.org/replica-index": "0"})
+    client = kube_apiserver.client("faultline-jobsource")
+    source = KubernetesSource(client, PodRules(assigned=DraGpus(client)), namespace=ns, nodes=False)
+    [started] = source.poll(NOW)
+    assert started["allocation"] == [{"node": node, "gpus": [6, 7, 0, 1], "ranks": [0, 1, 2, 3],
+                                      "gpu_uuids": [gpu_uuid(node, i) for i in (6, 7, 0, 1)]}]
+    assert started["world_size"] == 4  # no nvidia.com/gpu limit anywhere: the claims' devices count
+    assert KubernetesSource(client, PodRules(), namespace=ns, nodes=False).poll(NOW) == []  # without DRA: no GPUs
+    source.close()
