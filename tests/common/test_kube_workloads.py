@@ -116,5 +116,5 @@ def test_rank_order_does_not_depend_on_listing_order(replicas: list[tuple[str, i
     once = [p.metadata.name for p in order(pods)]
     assert [p.metadata.name for p in order(list(reversed(pods)))] == once
     idents: list[PodIdentity] = [identify(p) for p in order(pods)]
-    masters = [i for i in idents if "master" in i.order[:1] or i.order[0] == 0]
-    assert idents[: len(masters)] == masters  # masters first
+    masters = [i for i in idents if i.order[0] == 0]  # a master's place starts with 0, a worker's with 1
+    assert idents[: len(masters)] == masters and len(masters) == sum(t == "master" for t, _ in replicas)
