@@ -75,6 +75,8 @@ name                                                       type     meaning
 ``faultline_job_checkpoint_age_seconds{training_job}``     gauge    now minus the newest good checkpoint
 ``faultline_job_checkpoint_interval_seconds{training_job}`` gauge   the job's configured interval
 ``faultline_job_loss{training_job}``                       gauge    the latest reported loss (NaN kept)
+``faultline_pod_gpu_info{node,namespace,pod,gpu_uuid,...}`` gauge   1 per GPU the kubelet gave a pod
+                                                                    (and ``gpu_index``; Kubernetes only)
 =========================================================  =======  ====================================
 
 The counters whose value NVML keeps (ECC) are exported through a custom collector (a
@@ -192,6 +194,8 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("faultline_producer_dropped_total", "counter", ("source",),
                "Records lost: evicted from a full spool, or rejected by the broker for good."),
     MetricSpec("faultline_producer_spool_backlog_bytes", "gauge", (), "Bytes in the spool not yet acknowledged."),
+    MetricSpec("faultline_pod_gpu_info", "gauge", ("node", "namespace", "pod", "gpu_uuid", "gpu_index"),
+               "1 for each GPU the kubelet assigned to a pod (PodResources API)."),
 )
 
 

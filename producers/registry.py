@@ -61,6 +61,7 @@ SOURCES: dict[str, str] = {
     "nvml": "producers.node.gpu_telemetry:GpuTelemetry.create",
     "kernel_log": "producers.node.kernel_log:create",
     "bmc": "producers.node.bmc:create",
+    "kubelet_gpus": "producers.node.kubelet_gpus:create",
     # the jobs running on it
     "framework_log": "producers.jobs.framework_log:create",
     "torchelastic": "producers.jobs.torchelastic_watch:create",

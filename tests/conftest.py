@@ -80,3 +80,22 @@ def unique_name(request: pytest.FixtureRequest) -> str:
     """A fresh name for this test's topics / consumer groups, limited to ``[A-Za-z0-9._-]``."""
     raw = f"t-{request.node.name[:40]}-{uuid.uuid4().hex[:8]}"
     return re.sub(r"[^A-Za-z0-9._-]", "-", raw)
+
+
+# --------------------------------------------------------------------------- Kubernetes API server
+
+
+@pytest.fixture(scope="session")
+def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real etcd + kube-apiserver for the session (:mod:`tests.kube_apiserver`); skipped, with the
+    reason, where the binaries were not built."""
+    from tests.kube_apiserver import apply_chart_rbac, missing_apiserver, start_apiserver
+    from tests.kube_objects import Objects
+
+    reason = missing_apiserver()
+    if reason:
+        pytest.skip(reason)
+    with start_apiserver(tmp_path_factory.mktemp("kube")) as server:
+        Objects(server.client()).crds()
+        apply_chart_rbac(server)  # the executor and job source users get exactly the chart's grants
+        yield server

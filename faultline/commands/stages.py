@@ -43,6 +43,9 @@ def register(add: Add) -> None:
     e.add_argument("--fleet-size", type=int, help="nodes in the fleet, for the circuit breaker (default: ask)")
     e.add_argument("--max-share", type=float, default=0.10, help="most of the fleet fenced per window (0.10)")
     e.add_argument("--window-min", type=float, default=10.0, help="the circuit breaker's window in minutes (10)")
+    e.add_argument("--job-label", action="append", default=[], metavar="LABEL",
+                   help="kubernetes: a pod label that names its job (repeatable; the job source's job_labels; "
+                        "default faultline.io/job)")
     e.set_defaults(run=_executor)
 
     a = add("agent", "Run the node agent: every configured source of this node, published to Kafka.",
@@ -121,7 +124,7 @@ def _executor(args: argparse.Namespace, settings: Settings) -> int:
     options = ExecutorOptions(backend=args.backend, state_dir=args.state_dir or settings.data_dir / "executors",
                               name=args.name, dry_run=args.dry_run, url=url, fleet_size=args.fleet_size,
                               max_share=args.max_share, window=timedelta(minutes=args.window_min),
-                              trust=trust, webhook_token=token)
+                              trust=trust, webhook_token=token, job_labels=tuple(args.job_label))
     conf = settings.kafka_config(ensure_broker(settings))
     create_namespace_topics(conf, settings.namespace)
     _serve_metrics(settings)

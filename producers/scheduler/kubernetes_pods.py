@@ -3,23 +3,22 @@
 Works on the official client's model objects (``V1Pod``, ``V1Node``: read by
 attribute, so any client version's models do).
 
-**Job.** A pod belongs to the job named by its first label of
-``job_labels`` (default ``faultline.io/job``, then Kubeflow's
-``training.kubeflow.org/job-name``, then the batch Job's
-``batch.kubernetes.io/job-name`` / ``job-name``), else its controller
-(``ownerReferences``), else itself. Only pods whose containers ask for
-``gpu_resource`` (``nvidia.com/gpu``) are looked at.
+**Job and ranks.** :mod:`common.kube_workloads` names each pod's job and
+orders a job's pods (Kubeflow training jobs, JobSets, LeaderWorkerSet groups,
+indexed Jobs, an explicit ``faultline.io/job`` label) -- the same mapping the
+executor uses to find a job's pods again. Only pods whose containers ask for
+``gpu_resource`` (``nvidia.com/gpu``), or whose ResourceClaims were allocated
+GPUs (DRA, :mod:`producers.scheduler.dra_gpus`), are looked at; in rank order,
+each pod takes as many consecutive ranks as it has GPUs.
 
-**Ranks and GPUs.** The job's pods are ordered by their index (the
-``batch.kubernetes.io/job-completion-index`` annotation or Kubeflow's
-``training.kubeflow.org/replica-index`` label), then name; each pod takes as
-many consecutive ranks as it has GPUs. Which GPUs of the node a pod holds
-comes from ``NVIDIA_VISIBLE_DEVICES`` in its containers' env, or from one of
-``gpu_annotations`` (default ``faultline.io/gpus``), either as indices
-(``0,1``) or as UUIDs (``GPU-...``), which ``gpu_uuids`` (node -> UUIDs in
-index order, e.g. from the inventory) turns into indices. Unknown GPUs are
-left out of ``gpus`` (the ranks stay); known UUIDs also travel as
-``gpu_uuids``.
+**GPUs.** Which GPUs of the node a pod holds comes, first, from
+``assigned`` (the node agents' view of the kubelet's PodResources API,
+:mod:`producers.scheduler.agent_gpus`, or the DRA allocation), else from ``NVIDIA_VISIBLE_DEVICES``
+in its containers' env, else from one of ``gpu_annotations`` (default
+``faultline.io/gpus``), either as indices (``0,1``) or as UUIDs (``GPU-...``),
+which ``gpu_uuids`` (node -> UUIDs in index order, e.g. from the inventory)
+turns into indices. Unknown GPUs are left out of ``gpus`` (the ranks stay);
+known UUIDs also travel as ``gpu_uuids``.
 
 **State.** Any pod ``Failed``: failed; any pod being deleted: cancelled; all
 ``Succeeded``: finished; all ``Running`` or ``Succeeded`` with one running:
@@ -36,18 +35,21 @@ ready (with its reason and message); no condition, no verdict.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from common.kube_workloads import JOB_LABEL, WorkloadRules, gpu_count, identify
 from producers.scheduler.tracking import JobState, JobView, NodeView
 
-__all__ = ["PodRules", "jobs_from_pods", "nodes_from_objects", "pod_gpu_count"]
+__all__ = ["AssignedGpus", "PodRules", "gpus_of", "jobs_from_pods", "nodes_from_objects", "pod_gpu_count",
+           "unplaced"]
 
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-REPLICA_INDEX = "training.kubeflow.org/replica-index"
 OWNER_LABEL = "faultline.io/owner"
+
+AssignedGpus = Callable[[Any], Sequence[tuple[str, int | None]] | None]
+"""A pod -> the GPUs the kubelet assigned it, as (UUID, index on the node or None); None: not known."""
 
 
 @dataclass(frozen=True)
@@ -55,42 +57,29 @@ class PodRules:
     """How pods are read: see the module docstring."""
 
     gpu_resource: str = "nvidia.com/gpu"
-    job_labels: Sequence[str] = ("faultline.io/job", "training.kubeflow.org/job-name",
-                                 "batch.kubernetes.io/job-name", "job-name")
+    job_labels: Sequence[str] = (JOB_LABEL,)
     gpu_annotations: Sequence[str] = ("faultline.io/gpus",)
     gpu_uuids: Mapping[str, Sequence[str]] = field(default_factory=dict)
     max_restarts: int | None = 3
+    qualify_namespace: bool = False
+    assigned: AssignedGpus | None = None
 
-
-def _quantity(value: Any) -> int:
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
+    @property
+    def workloads(self) -> WorkloadRules:
+        return WorkloadRules(tuple(self.job_labels), self.gpu_resource, self.qualify_namespace)
 
 
 def pod_gpu_count(pod: Any, resource: str = "nvidia.com/gpu") -> int:
     """GPUs the pod's containers ask for (limits, else requests)."""
-    total = 0
-    for c in pod.spec.containers or []:
-        res = c.resources
-        wanted = (res.limits or {}).get(resource) or (res.requests or {}).get(resource) if res else None
-        total += _quantity(wanted) if wanted is not None else 0
-    return total
+    return gpu_count(pod, resource)
 
 
-def _job_name(pod: Any, rules: PodRules) -> str:
-    labels = pod.metadata.labels or {}
-    for key in rules.job_labels:
-        if labels.get(key):
-            return str(labels[key])
-    owners = [o for o in pod.metadata.owner_references or [] if getattr(o, "controller", False)]
-    return str(owners[0].name) if owners else str(pod.metadata.name)
-
-
-def _index(pod: Any) -> int:
-    value = (pod.metadata.annotations or {}).get(COMPLETION_INDEX) or (pod.metadata.labels or {}).get(REPLICA_INDEX)
-    return int(value) if value is not None and str(value).isdigit() else 1 << 30
+def gpus_of(pod: Any, rules: PodRules) -> int:
+    """The pod's GPUs: its device-plugin request, else (DRA) the devices allocated to its claims."""
+    asked = gpu_count(pod, rules.gpu_resource)
+    if asked or rules.assigned is None or not (pod.spec and pod.spec.resource_claims):
+        return asked
+    return len(rules.assigned(pod) or [])
 
 
 def _visible_devices(pod: Any, rules: PodRules) -> list[str]:
@@ -107,6 +96,11 @@ def _visible_devices(pod: Any, rules: PodRules) -> list[str]:
 
 def _gpus(pod: Any, rules: PodRules) -> tuple[list[int], list[str]]:
     """The pod's GPU indices on its node (those that are known) and UUIDs (if named so)."""
+    assigned = rules.assigned(pod) if rules.assigned is not None else None
+    if assigned:
+        order = list(rules.gpu_uuids.get(pod.spec.node_name or "", []))
+        indices = [i if i is not None else (order.index(u) if u in order else None) for u, i in assigned]
+        return [i for i in indices if i is not None], [u for u, _ in assigned]
     devices = _visible_devices(pod, rules)
     if all(d.isdigit() for d in devices):
         return [int(d) for d in devices], []
@@ -151,7 +145,7 @@ def _details(job: str, pods: Sequence[Any], rules: PodRules) -> dict[str, Any]:
     rank = 0
     owner = None
     for pod in pods:
-        count = pod_gpu_count(pod, rules.gpu_resource)
+        count = gpus_of(pod, rules)
         indices, uuids = _gpus(pod, rules)
         entry = per_node.setdefault(pod.spec.node_name or "", {"gpus": [], "ranks": [], "gpu_uuids": []})
         entry["gpus"].extend(indices)
@@ -174,19 +168,34 @@ def _details(job: str, pods: Sequence[Any], rules: PodRules) -> dict[str, Any]:
 
 def jobs_from_pods(pods: Iterable[Any], rules: PodRules) -> list[JobView]:
     """One view per job of the GPU pods among ``pods``."""
-    groups: dict[str, list[Any]] = {}
+    groups: dict[str, list[tuple[tuple[Any, ...], Any]]] = {}
+    workloads = rules.workloads
     for pod in pods:
-        if pod_gpu_count(pod, rules.gpu_resource) > 0:
-            groups.setdefault(_job_name(pod, rules), []).append(pod)
+        ident = identify(pod, workloads)
+        if ident.gpus > 0 or gpus_of(pod, rules) > 0:
+            groups.setdefault(ident.job, []).append((ident.order, pod))
     views = []
-    for job, group in groups.items():
-        group.sort(key=lambda p: (_index(p), p.metadata.name))
+    for job, members in groups.items():
+        group = [pod for _, pod in sorted(members, key=lambda m: m[0])]
         started = [t for p in group for t in _container_times(p, "running", "started_at")]
         started += [p.status.start_time for p in group if not started and p.status and p.status.start_time]
         ended = [t for p in group for t in _container_times(p, "terminated", "finished_at")]
         views.append(JobView(job=job, state=_state(group), run=_run(group), started_at=max(started, default=None),
                              ended_at=max(ended, default=None), details=_details(job, group, rules)))
     return views
+
+
+def unplaced(pods: Iterable[Any], rules: PodRules) -> set[str]:
+    """Jobs with a running GPU pod whose GPUs ``rules.assigned`` does not know (yet)."""
+    if rules.assigned is None:
+        return set()
+    workloads = rules.workloads
+    out = set()
+    for pod in pods:
+        ident = identify(pod, workloads)
+        if ident.gpus and pod.status and pod.status.phase == "Running" and not rules.assigned(pod):
+            out.add(ident.job)
+    return out
 
 
 def nodes_from_objects(nodes: Iterable[Any]) -> list[NodeView]:

@@ -5,55 +5,74 @@ What each command does:
 * ``cordon_node`` — ``spec.unschedulable: true``, and the annotation
   ``faultline.io/cordoned-by: <incident>`` so a release only ever undoes our
   own cordon (a node a person cordoned is left as it is).
-* ``quarantine_gpu`` — the taint ``faultline.io/quarantine=<gpu>:NoSchedule``
-  and the GPU in the annotation ``faultline.io/quarantined-gpus``. The device
-  plugin still advertises the card, so the taint keeps *new* pods off the whole
-  node (taints are unique per key and effect: a second GPU of the node joins
-  the annotation, the taint stays).
-* ``drain_node`` — cordon, then evict (Eviction API, so PodDisruptionBudgets
+* ``quarantine_gpu`` -- per GPU where the cluster can: where the API server
+  serves ``DeviceTaintRule`` and a DRA driver publishes the GPU in a
+  ResourceSlice of the node, a rule taints that device only
+  (:mod:`~sinks.executors.kubernetes_dra`) and the node stays schedulable.
+  Elsewhere (device-plugin GPUs, older clusters) the taint
+  ``faultline.io/quarantine=<gpu>:NoSchedule`` and the GPU in the annotation
+  ``faultline.io/quarantined-gpus``: the device plugin still advertises the
+  card, so the taint keeps *new* pods off the whole node (taints are unique per
+  key and effect: a second GPU of the node joins the annotation, the taint
+  stays). The result says which of the two was applied, and why.
+* ``drain_node`` -- cordon, then evict (Eviction API, so PodDisruptionBudgets
   are honoured) every pod on the node except DaemonSet and static (mirror)
   pods and finished ones. Evictions refused with 429 are retried a bounded
   number of times; pods still protected then make the command fail, naming them.
-* ``release_gpu`` — take the GPU out of the annotation and drop the taint with
-  the last one; without a GPU, release the whole node: the taint, and our
-  cordon (only if ``faultline.io/cordoned-by`` says it is ours).
-* ``restart_job`` — delete the job's pods (label ``faultline.io/job=<job>``)
-  so their controller recreates them. The pods' placement belongs to that
-  controller, which the executor does not own, so excluded nodes are not put
-  into pod affinities: every excluded node must already be fenced (cordoned or
-  quarantine-tainted; the correlator fences before it restarts). If one is
-  still schedulable, nothing is deleted and the command fails: a restart must
-  never land on excluded hardware.
+* ``release_gpu`` -- undo exactly what the quarantine applied: delete the GPU's
+  DeviceTaintRule, or take the GPU out of the annotation and drop the taint
+  with the last one; without a GPU, release the whole node: its rules, the
+  taint, and our cordon (only if ``faultline.io/cordoned-by`` says it is ours).
+* ``restart_job`` -- through the job's workload
+  (:mod:`~sinks.executors.kubernetes_restart`: the training operator, the
+  JobSet or Job controller, a LeaderWorkerSet), found with the same mapping
+  the job source named it with; refused, with the reason, for a workload
+  nothing would recreate or a name that is ambiguous. The pods' placement
+  belongs to that controller, which the executor does not own, so exclusions
+  are not put into pod affinities: every excluded node must already be fenced
+  (cordoned or quarantine-tainted) and every excluded GPU quarantined (its
+  rule, or its node's taint); the correlator fences before it restarts. If
+  one is not, nothing is deleted and the command fails: a restart must never
+  land on excluded hardware.
 
 Node writes that depend on what was read (taints, annotations) carry the
 node's ``resourceVersion``: a concurrent change makes the API answer 409 and
 the write is redone on a fresh read (bounded).
 
-RBAC — a ClusterRole bound to the executor's service account needs exactly:
+RBAC -- a ClusterRole bound to the executor's service account needs exactly
+(``deploy/helm/faultline/templates/executor-rbac.yaml``):
 
-=====================  ====================  ==========================================
-resource               verbs                 for
-=====================  ====================  ==========================================
-``nodes``              get, list, patch      cordon, taint, release; fleet size
-``pods``               list, delete          drain's pod listing; restart_job
-``pods/eviction``      create                drain_node
-=====================  ====================  ==========================================
+==========================================  ====================  ===================================
+resource                                    verbs                 for
+==========================================  ====================  ===================================
+``nodes``                                   get, list, patch      cordon, taint, release; fleet size
+``pods``                                    list, delete          drain's listing; restart_job
+``pods/eviction``                           create                drain_node
+``jobs`` (batch)                            get, list, delete     restart of Jobs and JobSets
+``pytorchjobs`` ... (kubeflow.org)          get                   restart: is the job still live?
+``jobsets``, ``leaderworkersets``           get                   likewise
+``resourceslices`` (resource.k8s.io)        list                  which device a GPU is
+``devicetaintrules`` (resource.k8s.io)      list, create, delete  per-GPU quarantine and release
+==========================================  ====================  ===================================
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError as Urllib3Error
 
+from common.kube_workloads import JOB_LABEL, WorkloadRules
 from sinks.executors.core import ExecutionError, excluded_nodes, require
+from sinks.executors.kubernetes_api import ApiFailure as _ApiFailure
+from sinks.executors.kubernetes_api import api_call as _api
+from sinks.executors.kubernetes_dra import DeviceFence, served
+from sinks.executors.kubernetes_restart import JobRestarter
 from streams.decisions import Command
 
 __all__ = [
@@ -65,12 +84,13 @@ __all__ = [
     "JOB_LABEL",
 ]
 
+log = logging.getLogger(__name__)
+
 SUPPORTED_TYPES: frozenset[str] = frozenset(
     {"cordon_node", "drain_node", "quarantine_gpu", "release_gpu", "restart_job"})
 QUARANTINE_TAINT = "faultline.io/quarantine"
 QUARANTINED_GPUS = "faultline.io/quarantined-gpus"
 CORDONED_BY = "faultline.io/cordoned-by"
-JOB_LABEL = "faultline.io/job"
 
 _STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 _MIRROR_POD = "kubernetes.io/config.mirror"
@@ -86,14 +106,20 @@ class KubernetesBackend:
         self,
         api: k8s.CoreV1Api,
         *,
-        job_label: str = JOB_LABEL,
+        job_label: str | None = None,
+        rules: WorkloadRules | None = None,
+        device_taints: bool = False,
         evict_attempts: int = 5,
         evict_backoff_s: float = 2.0,
         timeout_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.api = api
-        self.job_label = job_label
+        # the job source's mapping (common/kube_workloads.py), with the same explicit job labels
+        self.rules = rules or WorkloadRules(job_labels=(job_label or JOB_LABEL,))
+        # per-GPU fencing: only where the API server serves DeviceTaintRule (from_environment asks it)
+        self.devices = DeviceFence(api.api_client, timeout_s) if device_taints else None
+        self.restarter = JobRestarter(api, self.rules, timeout_s)
         self.evict_attempts = max(1, evict_attempts)
         self.evict_backoff_s = evict_backoff_s
         self.timeout_s = timeout_s
@@ -101,12 +127,19 @@ class KubernetesBackend:
 
     @classmethod
     def from_environment(cls, **options: Any) -> KubernetesBackend:
-        """The in-cluster service account when running in a pod, else the local kubeconfig."""
+        """The in-cluster service account when running in a pod, else the local kubeconfig; per-GPU
+        fencing when the API server serves DeviceTaintRule."""
         try:
             k8s_config.load_incluster_config()
         except k8s_config.ConfigException:
             k8s_config.load_kube_config()
-        return cls(k8s.CoreV1Api(), **options)
+        api = k8s.CoreV1Api()
+        if "device_taints" not in options:
+            options["device_taints"] = served(api.api_client)
+            log.info("kubernetes executor: %s", "DeviceTaintRule served: GPUs published by a DRA driver are "
+                     "quarantined one by one" if options["device_taints"] else
+                     "no DeviceTaintRule served: a quarantine taints the GPU's whole node")
+        return cls(api, **options)
 
     # --- Backend ------------------------------------------------------------------------
 
@@ -133,23 +166,24 @@ class KubernetesBackend:
         if cmd.type == "drain_node":
             return f"PATCH node {node}: spec.unschedulable=true; evict its pods (not DaemonSet/static pods)"
         if cmd.type == "quarantine_gpu":
-            return f"PATCH node {node}: taint {QUARANTINE_TAINT}={_label_value(gpu or '')}:NoSchedule"
+            per_gpu = "a DeviceTaintRule on that GPU where a DRA driver publishes it, else " if self.devices else ""
+            return f"{per_gpu}PATCH node {node}: taint {QUARANTINE_TAINT}={_label_value(gpu or '')}:NoSchedule"
         if cmd.type == "release_gpu":
-            return f"PATCH node {node}: release {gpu or 'every GPU'} from quarantine"
+            return f"release {gpu or 'every GPU'} of node {node} from quarantine (what the quarantine applied)"
         excluded = ", ".join(excluded_nodes(cmd))
-        return (f"DELETE the pods labelled {self.job_label}={job} (their controller recreates them)"
+        return (f"recreate the pods of job {job} through its workload's controller"
                 + (f", once the excluded nodes {excluded} are seen fenced" if excluded else ""))
 
     def execute(self, cmd: Command) -> str:
         if cmd.type == "restart_job":
-            return self._restart(require(cmd, "job"), excluded_nodes(cmd))
+            return self._restart(require(cmd, "job"), excluded_nodes(cmd), _excluded_gpus(cmd))
         node = require(cmd, "node")
         if cmd.type == "cordon_node":
             return self._cordon(node, cmd.incident)
         if cmd.type == "drain_node":
             return self._drain(node, cmd.incident)
         if cmd.type == "quarantine_gpu":
-            return self._quarantine(node, require(cmd, "gpu"))
+            return self._quarantine(node, require(cmd, "gpu"), cmd.incident)
         if cmd.type == "release_gpu":
             return self._release(node, cmd.target.gpu)
         raise ExecutionError(f"unsupported: the kubernetes backend does not carry out {cmd.type}")
@@ -165,7 +199,17 @@ class KubernetesBackend:
                                 "spec": {"unschedulable": True}})
         return f"cordoned node {node}"
 
-    def _quarantine(self, node: str, gpu: str) -> str:
+    def _quarantine(self, node: str, gpu: str, incident: str) -> str:
+        if self.devices is None:
+            why = "the API server serves no DeviceTaintRule"
+        else:
+            device = self.devices.find(node, gpu)
+            if device is not None:
+                made = self.devices.taint(node, gpu, device, _label_value(gpu), incident)
+                return (f"quarantined GPU {gpu} on node {node} (DeviceTaintRule, device {device}: that GPU only; "
+                        "the node stays schedulable)" + ("" if made else ", as it already was"))
+            why = "no DRA driver publishes this GPU on the node (device-plugin GPUs)"
+
         def change(current: k8s.V1Node) -> dict[str, Any] | None:
             gpus = _quarantined(current)
             taints = self._taints(current)
@@ -177,10 +221,12 @@ class KubernetesBackend:
                     "spec": {"taints": taints}}
 
         changed = self._update_node(node, change)
-        return f"quarantined GPU {gpu} on node {node} (taint {QUARANTINE_TAINT}:NoSchedule)" + (
-            "" if changed else ", as it already was")
+        return f"quarantined GPU {gpu} on node {node} (taint {QUARANTINE_TAINT}:NoSchedule" + (
+            "" if changed else ", as it already was") + f"; the whole node: {why})"
 
     def _release(self, node: str, gpu: str | None) -> str:
+        rules = self.devices.untaint(node, gpu) if self.devices is not None else []
+
         def change(current: k8s.V1Node) -> dict[str, Any] | None:
             gpus = _quarantined(current)
             left = gpus - {gpu} if gpu else set()
@@ -195,7 +241,10 @@ class KubernetesBackend:
 
         changed = self._update_node(node, change)
         what = f"GPU {gpu}" if gpu else "node"
-        return f"released {what} on {node}" if changed else f"nothing of faultline's to release on {node} ({what})"
+        deleted = f" (DeviceTaintRule {', '.join(rules)} deleted)" if rules else ""
+        if changed or rules:
+            return f"released {what} on {node}{deleted}"
+        return f"nothing of faultline's to release on {node} ({what})"
 
     def _drain(self, node: str, incident: str) -> str:
         cordoned = self._cordon(node, incident)
@@ -233,26 +282,34 @@ class KubernetesBackend:
 
     # --- restart --------------------------------------------------------------------------
 
-    def _restart(self, job: str, excluded: list[str]) -> str:
+    def _restart(self, job: str, excluded: list[str], gpus: list[str]) -> str:
         schedulable = [n for n in excluded if not self._fenced(n)]
         if schedulable:
             raise ExecutionError(f"excluded nodes still schedulable: {', '.join(schedulable)}; fence them first "
                                  "(cordon_node / quarantine_gpu): the restart must not land there")
-        with _api(f"list pods of job {job}"):
-            pods = self.api.list_pod_for_all_namespaces(label_selector=f"{self.job_label}={job}",
-                                                        _request_timeout=self.timeout_s).items
-        if not pods:
-            raise ExecutionError(f"no pods labelled {self.job_label}={job}: nothing to restart")
-        for pod in pods:
-            namespace, name = _ident(pod)
-            try:
-                with _api(f"delete pod {namespace}/{name}"):
-                    self.api.delete_namespaced_pod(name, namespace, _request_timeout=self.timeout_s)
-            except _ApiFailure as exc:
-                if exc.status != 404:
-                    raise
+        loose = self._unfenced_gpus(gpus, set(excluded))
+        if loose:
+            raise ExecutionError(f"excluded GPUs not quarantined: {', '.join(loose)}; quarantine them first "
+                                 "(quarantine_gpu): the restart must not land there")
+        _, done = self.restarter.restart(job)
         fenced = f"; excluded nodes fenced: {', '.join(excluded)}" if excluded else ""
-        return f"deleted {len(pods)} pods of job {job} for their controller to recreate{fenced}"
+        return f"{done}{fenced}"
+
+    def _unfenced_gpus(self, gpus: list[str], excluded_nodes: set[str]) -> list[str]:
+        """The excluded GPUs that nothing fences: no rule of theirs, no quarantine taint on their node."""
+        if not gpus:
+            return []
+        ruled = {str((r.metadata.annotations or {}).get("faultline.io/gpu", "")).lower()
+                 for r in (self.devices.rules() if self.devices is not None else [])}
+        with _api("list nodes"):
+            nodes = self.api.list_node(_request_timeout=self.timeout_s).items
+        tainted = set()
+        for n in nodes:
+            name = n.metadata.name if n.metadata else None
+            if name in excluded_nodes or (n.spec and n.spec.unschedulable) or any(
+                    t.get("key") == QUARANTINE_TAINT for t in self._taints(n)):
+                tainted |= {g.lower() for g in _quarantined(n)}
+        return [g for g in gpus if g.lower() not in ruled and g.lower() not in tainted]
 
     def _fenced(self, node: str) -> bool:
         """Whether nothing new can land on ``node``: cordoned, quarantine-tainted, or gone."""
@@ -303,34 +360,6 @@ class KubernetesBackend:
         return [self.api.api_client.sanitize_for_serialization(t) for t in taints]
 
 
-class _ApiFailure(ExecutionError):
-    """The API answered with an error status (kept, for the callers that tolerate some)."""
-
-    def __init__(self, message: str, status: int | None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@contextmanager
-def _api(what: str) -> Iterator[None]:
-    """API and transport errors as :class:`ExecutionError` naming the operation."""
-    try:
-        yield
-    except ApiException as exc:
-        raise _ApiFailure(f"{what}: {_describe(exc)}", exc.status) from exc
-    except Urllib3Error as exc:
-        raise ExecutionError(f"{what}: {type(exc).__name__}: {exc}") from exc
-
-
-def _describe(exc: ApiException) -> str:
-    """``HTTP <status> <reason>: <the API's message>``."""
-    message = ""
-    if exc.body:
-        match = re.search(r'"message"\s*:\s*"((?:[^"\\]|\\.)*)"', str(exc.body))
-        message = match.group(1) if match else str(exc.body)[:200]
-    return f"HTTP {exc.status} {exc.reason or ''}".rstrip() + (f": {message}" if message else "")
-
-
 def _quarantined(node: k8s.V1Node) -> set[str]:
     annotations = (node.metadata.annotations or {}) if node.metadata else {}
     return {g for g in annotations.get(QUARANTINED_GPUS, "").split(",") if g}
@@ -365,3 +394,9 @@ def _label_value(text: str) -> str:
     """``text`` as a valid label/taint value: [A-Za-z0-9-_.], at most 63, alphanumeric at both ends."""
     value = re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:63]
     return value.strip("-_.")
+
+
+def _excluded_gpus(cmd: Command) -> list[str]:
+    """The GPUs a ``restart_job`` must not land on (``params.exclude.gpus``)."""
+    exclude = cmd.params.get("exclude") or {}
+    return [str(g) for g in exclude.get("gpus") or []]

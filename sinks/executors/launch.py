@@ -49,6 +49,7 @@ class ExecutorOptions:
     keys: SigningKeys | None = None  # verify the correlator's signatures (None: accept unsigned commands)
     trust: Trust | None = None  # every key and the scope (sinks/executors/trust.py); None: Trust(commands=keys)
     webhook_token: str | None = field(default=None, repr=False)  # webhook only: sent as a bearer token
+    job_labels: tuple[str, ...] = ()  # kubernetes: labels naming a pod's job (the job source's job_labels)
 
 
 def trust_from(settings: Settings) -> Trust:
@@ -82,9 +83,11 @@ def make_backend(opts: ExecutorOptions) -> Backend:
 
         return SlurmBackend(timeout_s=opts.timeout_s)
     if opts.backend == "kubernetes":
+        from common.kube_workloads import WorkloadRules
         from sinks.executors.kubernetes import KubernetesBackend
 
-        return KubernetesBackend.from_environment(timeout_s=opts.timeout_s)
+        rules = WorkloadRules(job_labels=opts.job_labels) if opts.job_labels else None
+        return KubernetesBackend.from_environment(timeout_s=opts.timeout_s, rules=rules)
     from sinks.executors.webhook import WebhookBackend
 
     if not opts.url:

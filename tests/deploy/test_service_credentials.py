@@ -1,7 +1,8 @@
 """Every deployment gives each stage the Kafka user that deploy/acls.py grants its job, and a password of its own.
 
-Compose is read as YAML (anchors and merge keys resolved, no engine needed); Kubernetes is
-rendered with the overlays' tools when they are installed (as tests/deploy/test_kubernetes.py).
+Compose is read as YAML (anchors and merge keys resolved, no engine needed); Kubernetes is the
+Helm chart rendered with each value set that authenticates, when helm is installed (as
+tests/deploy/test_helm_chart.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 import yaml
 
 from deploy.acls import DEFAULT_USERS
-from deploy.kubernetes.validate import find_tools, overlays, render
+from deploy.helm.validate import find_tools, render, value_sets
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "deploy" / "compose" / "compose.yaml"
@@ -36,11 +37,11 @@ def test_compose_stages_log_in_as_their_own_users() -> None:
     assert all(p.startswith("${KAFKA_") and p.endswith(":-}") for p in passwords.values())  # from .env only
 
 
-def _kubernetes(overlay: Path) -> list[dict[str, Any]]:
+def _kubernetes(values: Path) -> list[dict[str, Any]]:
     tools = find_tools()
     if tools is None:
-        pytest.skip("kustomize/kubectl not installed (deploy/local/setup.sh builds them into .tools/bin)")
-    return [o for o in yaml.safe_load_all(render(tools, overlay)) if o]
+        pytest.skip("helm/kubeconform not installed (deploy/local/setup.sh --test builds them into .tools/bin)")
+    return [o for o in yaml.safe_load_all(render(tools, values)) if o]
 
 
 def _env(container: dict[str, Any]) -> dict[str, Any]:
@@ -48,9 +49,14 @@ def _env(container: dict[str, Any]) -> dict[str, Any]:
             for v in container.get("env", [])}
 
 
-@pytest.mark.parametrize("overlay", overlays(), ids=lambda p: p.name)
-def test_kubernetes_stages_log_in_as_their_own_users(overlay: Path) -> None:
-    objects = _kubernetes(overlay)
+SASL_VALUE_SETS = [p for p in value_sets() if "PLAINTEXT\n" not in p.read_text()]
+KUBERNETES_STAGES = {"agent": "agent", "jobsource": "agent", "correlator": "correlator", "sink": "sink",
+                     "executor": "executor"}  # the job source publishes events, as the node agents do
+
+
+@pytest.mark.parametrize("values", SASL_VALUE_SETS, ids=lambda p: p.name)
+def test_kubernetes_stages_log_in_as_their_own_users(values: Path) -> None:
+    objects = _kubernetes(values)
     config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("faultline-config"))
     assert "FAULTLINE_KAFKA_USERNAME" not in config["data"]  # no shared user to fall back on
     keys: dict[str, str] = {}
@@ -60,10 +66,11 @@ def test_kubernetes_stages_log_in_as_their_own_users(overlay: Path) -> None:
         stage = o["metadata"]["name"].removeprefix("faultline-")
         spec = o["spec"]["template"]["spec"]
         env = _env(spec["containers"][0])
-        assert env["FAULTLINE_KAFKA_USERNAME"] == DEFAULT_USERS[stage], stage
+        assert env["FAULTLINE_KAFKA_USERNAME"] == DEFAULT_USERS[KUBERNETES_STAGES[stage]], stage
         keys[stage] = env["FAULTLINE_KAFKA_PASSWORD"]
         for init in spec.get("initContainers", []):
             if init["name"] == "topics":
                 assert _env(init)["FAULTLINE_KAFKA_USERNAME"] == "faultline-admin", stage
                 assert _env(init)["FAULTLINE_KAFKA_PASSWORD"] == "kafka-password-admin", stage
-    assert keys == {stage: f"kafka-password-{stage}" for stage in ("agent", "correlator", "sink", "executor")}
+    assert keys == {stage: f"kafka-password-{user}" for stage, user in KUBERNETES_STAGES.items() if stage in keys}
+    assert {"agent", "jobsource", "correlator", "sink"} <= set(keys)

@@ -224,3 +224,11 @@ def test_unreachable_api_leaves_the_fleet_size_unknown() -> None:
     client = k8s.ApiClient(k8s.Configuration(host="http://127.0.0.1:9"))
     client.configuration.retries = 0
     assert KubernetesBackend(k8s.CoreV1Api(client), timeout_s=1).fleet_size() is None
+
+
+def test_an_api_without_resource_k8s_io_v1_serves_no_device_taint_rules(cluster: Cluster) -> None:
+    """(from_environment then builds a backend without per-GPU fencing: the node-taint tests above)"""
+    from sinks.executors.kubernetes_dra import served
+
+    assert served(cluster.backend.api.api_client, timeout_s=5) is False  # the recorded API answers 404
+    assert cluster.sent("GET")[-1].path.rstrip("/") == "/apis/resource.k8s.io/v1"

@@ -1,0 +1,1 @@
+"""faultline's Helm chart (``faultline/``) and its offline check (``validate.py``)."""

@@ -1,1 +1,0 @@
-"""Kubernetes manifests of faultline (Kustomize base and overlays) and their offline check."""
