@@ -12,7 +12,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING
 
-from common.kafka_reader import TopicReader
+from common.kafka_reader import KafkaConsumerLike, TopicReader
 from correlators.partitions import Folded, PartitionState, fold
 from streams.events import Event
 
@@ -20,7 +20,7 @@ __all__ = ["rebuild"]
 
 
 def rebuild(state: PartitionState, conf: dict[str, Any], topic: str, group: str, upto: int, after: int,
-            idle_s: float = 60.0) -> tuple[Folded, int]:
+            idle_s: float = 60.0, *, consumer: KafkaConsumerLike | None = None) -> tuple[Folded, int]:
     """Judge every record of ``topic[state.partition]`` past the state's position and below ``upto``.
 
     From the log start for a new state. Blocking (run it off the event loop). Returns what was
@@ -28,10 +28,11 @@ def rebuild(state: PartitionState, conf: dict[str, Any], topic: str, group: str,
     offset) and at or past ``group``'s committed offset -- a record below it was acknowledged,
     which a worker does only once the record's decisions are on their topics, so a lost
     ``emitted`` changelog never republishes the whole retained log. Also returns that committed
-    offset (negative: none), read without joining the group.
+    offset (negative: none), read without joining the group. ``idle_s`` bounds every call to the
+    broker and any stretch of the read without progress; ``consumer`` replaces the real one (tests).
     """
     part = state.partition
-    with TopicReader(conf, topic, group, stall_s=idle_s) as reader:
+    with TopicReader(conf, topic, group, stall_s=idle_s, consumer=consumer) as reader:
         committed = reader.committed(part)
         after = max(after, committed - 1)
         low, _ = reader.watermarks(part)

@@ -1,110 +1,20 @@
 """The one Kafka reader without a broker: where a read stops, how errors and backoff go, that waits are bounded.
 
-A fake consumer stands for confluent-kafka's: a log per partition, positions that move as records
-are consumed, errors scripted per poll, and a clock that moves only when the reader waits. The
-real thing is covered by every broker test that reads a topic (replays, takeovers, the executor).
+A fake consumer (tests/common/fake_kafka.py) stands for confluent-kafka's. The real thing is
+covered by every broker test that reads a topic (replays, takeovers, the executor).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException
 
 from common.kafka_reader import Backoff, ReadErrors, TopicReader
-
-TOPIC = "t"
-
-
-class FakeMessage:
-    def __init__(self, partition: int, offset: int, value: bytes | None = b"v",
-                 error: KafkaError | None = None) -> None:
-        self._partition, self._offset, self._value, self._error = partition, offset, value, error
-
-    def error(self) -> KafkaError | None:
-        return self._error
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def key(self) -> bytes | None:
-        return None
-
-
-def error(code: int, *, fatal: bool = False) -> FakeMessage:
-    return FakeMessage(-1, -1, None, KafkaError(code, "scripted", fatal=fatal))
-
-
-class FakeConsumer:
-    """``logs``: partition -> {offset: value}; ``highs``: partition -> high watermark (default: last + 1)."""
-
-    def __init__(self, logs: dict[int, dict[int, bytes]], highs: dict[int, int] | None = None,
-                 clock: list[float] | None = None) -> None:
-        self.logs = logs
-        self.highs = highs or {}
-        self.positions: dict[int, int] = {}
-        self.frozen: set[int] = set()  # partitions that deliver nothing (their leader is away)
-        self.script: list[list[FakeMessage]] = []  # what the next consume() calls return, before the log
-        self.consumed = 0
-        self.closed = False
-        self.watermarks_answer = True
-        self.clock = clock if clock is not None else [0.0]
-
-    def high(self, p: int) -> int:
-        return self.highs.get(p, max(self.logs[p], default=-1) + 1)
-
-    def assign(self, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            low = min(self.logs[tp.partition], default=0)
-            self.positions[tp.partition] = low if tp.offset == OFFSET_BEGINNING else tp.offset
-
-    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
-        self.consumed += 1
-        if self.script:
-            return self.script.pop(0)
-        out: list[FakeMessage] = []
-        for p, pos in sorted(self.positions.items()):
-            if p in self.frozen:
-                continue
-            for off in sorted(o for o in self.logs[p] if o >= pos)[:num_messages - len(out)]:
-                out.append(FakeMessage(p, off, self.logs[p][off]))
-                self.positions[p] = off + 1
-            if max(self.logs[p], default=-1) < self.positions[p] < self.high(p):
-                self.positions[p] = self.high(p)  # offsets after the last record hold none (compaction, markers)
-        if not out:
-            self.clock[0] += timeout  # nothing came: the whole wait passed
-        return out
-
-    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
-        return [TopicPartition(TOPIC, tp.partition, self.positions.get(tp.partition, OFFSET_INVALID))
-                for tp in partitions]
-
-    def get_watermark_offsets(self, partition: TopicPartition, timeout: float = -1,
-                              cached: bool = False) -> tuple[int, int] | None:
-        if not self.watermarks_answer:
-            self.clock[0] += timeout
-            return None
-        return min(self.logs[partition.partition], default=0), self.high(partition.partition)
-
-    def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
-        return [TopicPartition(TOPIC, tp.partition, 7) for tp in partitions]
-
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
-        meta = SimpleNamespace(error=None, partitions={p: None for p in self.logs})
-        return SimpleNamespace(topics={TOPIC: meta})
-
-    def close(self) -> None:
-        self.closed = True
+from tests.common.fake_kafka import TOPIC, FakeConsumer, FakeMessage, error
 
 
 def reader(consumer: FakeConsumer, stall_s: float = 10.0) -> tuple[TopicReader, list[float]]:
@@ -245,7 +155,8 @@ def test_broker_calls_are_bounded() -> None:
     r, _ = reader(fake, stall_s=3.0)
     with pytest.raises(TimeoutError, match="no watermarks"):
         r.watermarks(0)
-    assert r.committed(0) == 7
+    fake.committed_at[0] = 7
+    assert r.committed(0) == 7 and r.committed_offsets([0]) == {0: 7}
 
 
 def test_closing_is_idempotent_and_a_with_block_closes() -> None:
