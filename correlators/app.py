@@ -13,8 +13,9 @@ table, the agent and the timers. What they do is in :mod:`correlators.worker`
   (:mod:`~correlators.worker.takeover`);
 * the publisher -- sign, count, send, await the broker, then ``emitted``
   (:mod:`~correlators.worker.publisher`);
-* the snapshot taker (:mod:`~correlators.worker.snapshot_taker`), and the live
-  clock and gauges (:mod:`~correlators.worker.live`).
+* the snapshot taker (:mod:`~correlators.worker.snapshot_taker`), the live
+  clock and gauges (:mod:`~correlators.worker.live`), and the delivery watch
+  (:mod:`~correlators.worker.delivery_watch`).
 
 Scale-out. Events are keyed by cell (:mod:`streams.cells`), so a cell's events
 are in one partition; the workers of one namespace form one consumer group and
@@ -125,8 +126,12 @@ def make_app(settings: Settings) -> faust.App:
     def ack(part: int, offset: int) -> None:
         app.consumer.ack(Message(events_topic, part, offset, 0.0, 0, None, None, None, None))
 
+    async def seek(part: int, offset: int) -> None:
+        await app.consumer.seek_wait({TP(events_topic, part): offset})
+
     worker = Worker(settings, conf, app_id=app.conf.id, events_topic=events_topic, partitions=partitions,
-                    send=send, emitted=emitted, ack=ack)
+                    send=send, emitted=emitted, ack=ack, seek=seek, ready=lambda: not app.rebalancing,
+                    position=lambda part: app.consumer.position(TP(events_topic, part)))
 
     async def follow_assignment(_app: faust.App, assigned: set[TP], **_: Any) -> None:
         worker.on_assigned({tp.partition for tp in assigned if tp.topic == events_topic})
@@ -143,6 +148,10 @@ def make_app(settings: Settings) -> faust.App:
     @app.timer(interval=5.0)
     async def gauges() -> None:
         worker.set_gauges()
+
+    @app.timer(interval=1.0)
+    async def watch_delivery() -> None:
+        await worker.watch.check()
 
     if worker.live is not None:
         live = worker.live

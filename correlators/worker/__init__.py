@@ -11,5 +11,6 @@ or fail on demand, a fake log, blocking calls run inline):
   (with a named point in between for fault injection);
 * :mod:`.snapshot_taker` -- when to snapshot, capture on the loop, seal and write off it;
 * :mod:`.live` -- the live clock tick and the gauges;
+* :mod:`.delivery_watch` -- records the consumer fetched but never handed over, fetched again;
 * :mod:`.ports` -- the callables and protocols they take; :mod:`.assembly` builds them all.
 """

@@ -4,16 +4,18 @@
 hands over plain callables (:mod:`correlators.worker.ports`); everything here is built once, at
 start, in this order: the partition states held; the publisher; the snapshot reader and taker
 (when ``FAULTLINE_SNAPSHOT_EVERY_EVENTS`` > 0); the takeover; the record judge; the live clock
-(when ``FAULTLINE_LIVE_CLOCK``). The confluent-kafka edges (the rebuild's log reads, the
-snapshot topic) are bound to their topics here too.
+(when ``FAULTLINE_LIVE_CLOCK``); the delivery watch. The confluent-kafka edges (the rebuild's log
+reads, the snapshot topic, committed offsets) are bound to their topics here too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
+from common.kafka_reader import TopicReader
 from common.settings import Settings
 from correlators.engine import Correlator
 from correlators.partitions import PartitionState, WorkerState
@@ -34,6 +36,7 @@ from correlators.snapshots import (
     policy_fingerprint,
     seal,
 )
+from correlators.worker.delivery_watch import DeliveryWatch
 from correlators.worker.judge import RecordJudge
 from correlators.worker.live import LiveClock, set_gauges
 from correlators.worker.ports import Ack, OffsetTable, Send
@@ -48,7 +51,9 @@ class Worker:
     """Every collaborator of one worker (see the module docstring); the Faust adapter calls these."""
 
     def __init__(self, settings: Settings, conf: dict[str, Any], *, app_id: str, events_topic: str,
-                 partitions: int, send: Send, emitted: OffsetTable, ack: Ack) -> None:
+                 partitions: int, send: Send, emitted: OffsetTable, ack: Ack,
+                 position: Callable[[int], Awaitable[int | None]], seek: Callable[[int, int], Awaitable[None]],
+                 ready: Callable[[], bool]) -> None:
         policy = load_policy(settings.policy)
         self.held = WorkerState()
         self.publisher = Publisher(send, emitted, namespace=settings.namespace, keys=settings.signing(),
@@ -64,8 +69,14 @@ class Worker:
         def rebuild_from_log(state: PartitionState, upto: int, after: int) -> Any:
             return rebuild(state, conf, events_topic, app_id, upto, after)
 
+        def committed(parts: list[int]) -> dict[int, int]:
+            with TopicReader(conf, events_topic, app_id) as reader:
+                return reader.committed_offsets(parts)
+
         self.takeover = Takeover(self.held, new_state, self.publisher, rebuild_from_log, ack, load_snapshot=loader)
         self.judge = RecordJudge(self.held, self.takeover, self.publisher, self.snapshots, topic=events_topic)
+        self.watch = DeliveryWatch(self.held, idle_for=self.judge.idle_for, ready=ready, position=position,
+                                   seek=seek, committed=committed)
 
     def _snapshots(self, settings: Settings, conf: dict[str, Any], app_id: str, events_topic: str,
                    partitions: int, policy: Any) -> tuple[SnapshotLoader, SnapshotTaker]:
@@ -95,6 +106,7 @@ class Worker:
     def on_assigned(self, partitions: set[int]) -> None:
         """The consumer's events partitions now."""
         self.judge.on_assigned(partitions)
+        self.watch.on_assigned(partitions)
 
     def set_gauges(self) -> None:
         set_gauges(self.held)

@@ -17,7 +17,8 @@ The order of things for one record (:meth:`RecordJudge.on_record`):
 
 A partition that is revoked is dropped (:meth:`RecordJudge.on_assigned`), so one assigned back
 later is caught up from the log, never judged on stale state. The judge also knows when it last
-finished a record (:meth:`RecordJudge.idle_for`).
+finished a record (:meth:`RecordJudge.idle_for`), which the delivery watch
+(:mod:`correlators.worker.delivery_watch`) needs.
 """
 
 from __future__ import annotations
