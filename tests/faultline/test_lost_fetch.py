@@ -9,6 +9,8 @@ Here the successor's consumer loses that end marker on purpose (tests/faultline/
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import time
@@ -60,13 +62,19 @@ def test_an_end_marker_the_consumer_lost_is_fetched_again_and_judged(
 
         monkeypatch.setattr(pipeline.subprocess, "Popen", lossy)
         successor = CorrelatorWorker(settings, kafka_bootstrap, ns, name="successor")
+        t0 = time.monotonic()
         try:
             wait_for_end(conf, ns, successor, timeout=90)
         finally:
             successor.stop()
         text = successor.log_text()
         assert f"test: lost the events record at offset {events} of partition 0" in text, text[-3000:]
-        assert f"fetching offsets {events}-{events} again" in text, text[-3000:]
+        found = re.search(rf"handed over nothing past {events - 1} for (\d+)s; fetching offsets {events}-{events} "
+                          "again", text)
+        assert found, text[-3000:]
         assert_decided_as_offline(conf, ns, lines)
+        print(json.dumps({"events": events, "lost": text.count("test: lost the events record"),
+                          "quiet_before_refetch_s": int(found.group(1)),
+                          "successor_start_to_end_marker_s": round(time.monotonic() - t0, 1)}))
     finally:
         delete_namespace_topics(conf, ns)
