@@ -11,13 +11,13 @@ Pipeline metrics (``stage`` is one of :data:`STAGES`)
 ----------------------------------------------------
 
 ``faultline_stage_records_in_total{stage, topic}`` — :data:`RECORDS_IN`
-    +1 per record a stage consumed, valid or not. Correlator: in ``correlators.app`` for every
-    message of the events topic, before decoding. Sink: in ``ArchiveSink._poll`` per message
+    +1 per record a stage consumed, valid or not. Correlator: in ``correlators.worker.judge`` for
+    every message of the events topic, before decoding. Sink: in ``ArchiveSink._poll`` per message
     without an error (``topic`` = the message's topic). Executor: per command consumed.
 ``faultline_stage_records_out_total{stage, output}`` — :data:`RECORDS_OUT`
     +1 per record a stage produced; ``output`` is the topic suffix (``incidents``, ``commands``,
     ``deadletters``, ``control``) or, for the sink, the archive table written (``+= rows``).
-    Correlator: in ``send``; sink: in ``ArchiveSink._write`` next to ``ROWS_WRITTEN``.
+    Correlator: in ``Publisher.send`` (``correlators.worker.publisher``); sink: in ``ArchiveSink._write`` next to ``ROWS_WRITTEN``.
 ``faultline_consumer_lag_records{stage, topic, partition}`` — :data:`CONSUMER_LAG`
     Records between the consumer's position and the partition's end (last stable offset).
     Set with :func:`set_consumer_lag` every few seconds: the sink from ``ArchiveSink.end_offsets``
@@ -37,9 +37,9 @@ Pipeline metrics (``stage`` is one of :data:`STAGES`)
     Kafka producer, minus the event time of the first evidence of the incident it serves (the
     incident's ``opened_at``: the event time of its earliest finding). It covers the source's
     delay, transport, judgement (debounce and settle timers included) and publication. Observe
-    with :func:`observe_detection_to_command` in ``correlators.app`` where commands are sent, in
-    live workers only: a replay's event time is not wall time (the helper also drops samples that
-    are negative or older than :data:`MAX_DETECTION_AGE_S`).
+    with :func:`observe_detection_to_command` in ``correlators.worker.publisher`` where commands are
+    sent, in live workers only: a replay's event time is not wall time (the helper also drops samples
+    that are negative or older than :data:`MAX_DETECTION_AGE_S`).
 ``faultline_commands_issued_total{type, requires_approval}`` — :data:`COMMANDS_ISSUED`
     +1 per command the correlator publishes (next to the histogram above).
 ``faultline_command_outcomes_total{status, executor}`` — :data:`COMMAND_OUTCOMES`

@@ -17,9 +17,10 @@ import logging
 import threading
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, Message, Producer
 
 from common.kafka_admin import ensure_topic, grow_topic
+from common.kafka_reader import TopicReader
 from correlators.snapshots import MAX_SNAPSHOT_BYTES
 
 __all__ = ["SnapshotWriter", "ensure_snapshot_topic", "events_log_start", "read_latest_snapshot",
@@ -68,10 +69,9 @@ class SnapshotWriter:
                                f"{errors[0] if errors else 'no acknowledgement in time'}")
 
 
-def _consumer(conf: dict[str, Any], group: str) -> Consumer:
+def _reader(conf: dict[str, Any], topic: str, group: str, timeout: float) -> TopicReader:
     # The correlator's own group id (granted READ); nothing is committed, partitions are assigned.
-    return Consumer({**conf, "group.id": group, "enable.auto.commit": False,
-                     "fetch.message.max.bytes": MAX_SNAPSHOT_BYTES + _OVERHEAD})
+    return TopicReader(conf, topic, group, stall_s=timeout, extra={"fetch.message.max.bytes": MAX_SNAPSHOT_BYTES + _OVERHEAD})
 
 
 def read_latest_snapshot(conf: dict[str, Any], topic: str, partition: int, group: str,
@@ -79,31 +79,21 @@ def read_latest_snapshot(conf: dict[str, Any], topic: str, partition: int, group
     """The last record of ``topic[partition]`` (the newest snapshot); None when there is none.
 
     Only the last offset is read: the writer appends only this partition's snapshots there, and
-    compaction never removes a partition's last record.
+    compaction never removes a partition's last record. ``timeout`` bounds each call to the broker
+    and the read (:mod:`common.kafka_reader`).
     """
-    c = _consumer(conf, group)
-    try:
-        tp = TopicPartition(topic, partition)
-        low, high = c.get_watermark_offsets(tp, timeout=timeout)
+    with _reader(conf, topic, group, timeout) as reader:
+        low, high = reader.watermarks(partition)
         if high <= low:
             return None
-        c.assign([TopicPartition(topic, partition, high - 1)])
-        msg = c.poll(timeout)
-        if msg is None:
-            raise TimeoutError(f"reading {topic}[{partition}] offset {high - 1}: nothing in {timeout:.0f}s")
-        if msg.error():
-            raise RuntimeError(f"reading {topic}[{partition}]: {msg.error()}")
-        value = msg.value()
-        return value if value else None  # a tombstone: no snapshot
-    finally:
-        c.close()
+        reader.assign({partition: high - 1})
+        for batch in reader.batches({partition: high}):
+            value = batch[0].value()
+            return value if value else None  # a tombstone: no snapshot
+        raise RuntimeError(f"reading {topic}[{partition}]: no record at offset {high - 1}, its last")
 
 
 def events_log_start(conf: dict[str, Any], topic: str, partition: int, group: str, timeout: float = 30.0) -> int:
     """The first offset still retained in ``topic[partition]``."""
-    c = _consumer(conf, group)
-    try:
-        low, _ = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
-        return int(low)
-    finally:
-        c.close()
+    with _reader(conf, topic, group, timeout) as reader:
+        return reader.watermarks(partition)[0]

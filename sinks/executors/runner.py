@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -47,7 +46,7 @@ from pydantic import BaseModel, ValidationError
 
 from common import metrics as stage_metrics
 from common.deadletters import dead_letter
-from common.kafka_reader import read_topic
+from common.kafka_reader import Backoff, ReadErrors, TopicReader, read_topic
 from sinks.executors.core import Executor
 from streams.decisions import Approval, Command, CommandResult
 from streams.topics import topic_name
@@ -58,9 +57,7 @@ log = logging.getLogger(__name__)
 
 RESULTS_PUBLISHED = Counter("faultline_executor_results", "Command results published", ["executor", "status"])
 
-_BACKOFF_FIRST_S = 0.2
-_BACKOFF_MAX_S = 5.0
-_FOLLOW_BATCH = 500
+_BACKOFF = Backoff(first_s=0.2, max_s=5.0)
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -69,59 +66,15 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class _Follower:
-    """Reads every partition of one topic from its beginning, with no group and no commits."""
-
-    def __init__(self, conf: Mapping[str, Any], topic: str, group: str, timeout_s: float) -> None:
-        self.topic = topic
-        self.timeout_s = timeout_s
-        self._consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False,
-                                   "enable.partition.eof": False})
-        meta = self._consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        if meta is None or meta.error is not None or not meta.partitions:
-            self._consumer.close()
-            raise RuntimeError(f"topic {topic} does not exist: create the namespace's topics first")
-        self._parts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(meta.partitions)]
-        self._consumer.assign(self._parts)
-
-    def catch_up(self, on_record: Callable[[Message], None]) -> None:
-        """Hand every record up to the topic's current end to ``on_record``."""
-        ends = {}
-        for tp in self._parts:
-            low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, tp.partition),
-                                                             timeout=self.timeout_s)
-            if high > low:
-                ends[tp.partition] = high
-        deadline = time.monotonic() + self.timeout_s
-        while self._behind(ends):
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"reading {self.topic}: no progress towards its end for {self.timeout_s}s")
-            if self.follow(on_record, wait_s=0.2):
-                deadline = time.monotonic() + self.timeout_s  # a long history may take long: stalls may not
-
-    def follow(self, on_record: Callable[[Message], None], wait_s: float = 0.0) -> int:
-        """Hand what has arrived (waiting up to ``wait_s``) to ``on_record``; how many records that was."""
-        handled = 0
-        for msg in self._consumer.consume(num_messages=_FOLLOW_BATCH, timeout=wait_s):
-            err = msg.error()
-            if err is None:
-                on_record(msg)
-                handled += 1
-            elif err.fatal():
-                raise KafkaException(err)
-            else:
-                log.debug("%s: %s", self.topic, err)
-        return handled
-
-    def close(self) -> None:
-        self._consumer.close()
-
-    def _behind(self, ends: dict[int, int]) -> bool:
-        """Whether a partition with records is short of ``ends`` (no position yet counts as short)."""
-        if not ends:
-            return False
-        positions = self._consumer.position([TopicPartition(self.topic, p) for p in ends])
-        return any(tp.offset < ends[tp.partition] for tp in positions)
+def _follower(conf: Mapping[str, Any], topic: str, group: str, timeout_s: float) -> TopicReader:
+    """A reader of every partition of ``topic`` from its beginning, with no group and no commits."""
+    reader = TopicReader(conf, topic, group, stall_s=timeout_s)
+    parts = reader.partitions()
+    if not parts:
+        reader.close()
+        raise RuntimeError(f"topic {topic} does not exist: create the namespace's topics first")
+    reader.assign({p: OFFSET_BEGINNING for p in parts})
+    return reader
 
 
 class ExecutorRunner:
@@ -147,8 +100,10 @@ class ExecutorRunner:
         self._commands = Consumer({**conf, "group.id": group, "enable.auto.commit": False,
                                    "auto.offset.reset": "earliest",
                                    "topic.metadata.refresh.interval.ms": 10_000})
-        self._results = _Follower(conf, self._topics["command-results"], f"{group}.results-reader", timeout_s)
-        self._approvals = _Follower(conf, self._topics["approvals"], f"{group}.approvals-reader", timeout_s)
+        self._commands_errors = ReadErrors(f"executor {executor.name}: {self._topics['commands']}",
+                                           quiet=frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART}))
+        self._results = _follower(conf, self._topics["command-results"], f"{group}.results-reader", timeout_s)
+        self._approvals = _follower(conf, self._topics["approvals"], f"{group}.approvals-reader", timeout_s)
         self._producer = Producer({**conf, "enable.idempotence": True, "acks": "all", "linger.ms": 0})
         self._conf = dict(conf)
         self._stop = threading.Event()
@@ -182,11 +137,9 @@ class ExecutorRunner:
                 continue
             err = msg.error()
             if err is not None:
-                if err.fatal():
-                    raise KafkaException(err)
-                if err.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    log.warning("executor %s: consumer error: %s", self.executor.name, err)
+                self._commands_errors.handle(err)  # raises when fatal
                 continue
+            self._commands_errors.recovered()
             if self._on_command(msg):
                 self._commit(msg)
 
@@ -252,11 +205,11 @@ class ExecutorRunner:
 
     def _publish(self, result: CommandResult) -> bool:
         """Send ``result`` until the broker confirms it (or stop is set); True when it did."""
-        delay = _BACKOFF_FIRST_S
+        failures = 0
         while not self._deliver(self._topics["command-results"], result.command, result):
-            if self._stop.wait(delay):
+            failures += 1
+            if self._stop.wait(_BACKOFF.after(failures)):
                 return False
-            delay = min(delay * 2, _BACKOFF_MAX_S)
         self.executor.published(result)
         RESULTS_PUBLISHED.labels(executor=self.executor.name, status=result.status).inc()
         stage_metrics.COMMAND_OUTCOMES.labels(result.status, self.executor.name).inc()

@@ -1,0 +1,106 @@
+"""The agent's body without a broker: a log judged record by record publishes every decision once and in
+order; redelivered records are skipped, gaps caught up from the log, bad records dead-lettered; a snapshot
+is taken only once the record's decisions are acknowledged; the live clock holds snapshots back."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+import pytest
+from worker_fakes import JudgeRig, decision_ids, judged_all, new_state, scenario_log
+
+from common import metrics as m
+from streams.decisions import StreamEnd
+
+LOG = scenario_log("xid95_two_gpus_two_nodes")
+ALL = decision_ids(judged_all(LOG))
+
+
+async def test_a_log_judged_record_by_record_publishes_each_decision_once_in_order() -> None:
+    rig = JudgeRig(LOG, snapshot_every=100)
+    await rig.feed(range(len(LOG)))
+    assert rig.published() == ALL and len(ALL) == 9
+    ends = [StreamEnd.model_validate_json(s.value) for s in rig.producer.sent if s.suffix == "control"]
+    assert [e.events for e in ends] == [len(LOG)]
+    assert rig.emitted["0"] == len(LOG) - 1
+    assert [p for p, _ in rig.captures] == list(range(99, len(LOG), 100))
+    assert all(unacked == 0 for _, unacked in rig.captures)  # never with a decision off its topic
+
+
+async def test_redelivered_records_are_skipped_and_gaps_caught_up_from_the_log() -> None:
+    rig = JudgeRig(LOG, )
+    await rig.feed(range(0, 1000))
+    await rig.feed(range(900, 1000))  # redelivered after a rebalance: judged here before
+    await rig.feed(range(1100, len(LOG)))  # the consumer dropped 1000-1099: read from the log
+    assert rig.published() == ALL
+    assert rig.acks == list(range(1000, 1100))
+
+
+async def test_a_record_that_is_not_an_event_goes_to_the_dead_letters_and_the_rest_go_on() -> None:
+    rig = JudgeRig(LOG, )
+    dead = m.DEAD_LETTERS.labels("correlator")._value.get()
+    await rig.feed(range(0, 10))
+    await rig.judge.on_record(0, 10, None, b"{not json")
+    assert rig.held.get(0).position == 10
+    assert m.DEAD_LETTERS.labels("correlator")._value.get() == dead + 1
+    [letter] = [s for s in rig.producer.sent if s.suffix == "deadletters"]
+    assert b"undecodable event" in letter.value and b"not json" in letter.value
+
+
+async def _acknowledging(rig: JudgeRig, task: asyncio.Task[None]) -> None:
+    """Run ``task``, the broker acknowledging whatever it sends."""
+    while not task.done():
+        rig.producer.acknowledge()
+        await asyncio.sleep(0)
+    await task
+
+
+async def test_no_snapshot_while_a_live_tick_is_unacknowledged() -> None:
+    rig = JudgeRig(LOG, auto_ack=False, snapshot_every=1)
+    await _acknowledging(rig, asyncio.create_task(rig.feed(range(0, 40))))
+    assert rig.captures and all(unacked == 0 for _, unacked in rig.captures)
+    await asyncio.sleep(0)  # the last write is over
+    engine = rig.held.get(0).engine("default")
+    assert engine.clock is not None
+    later = engine.clock + timedelta(seconds=600)
+    rig.live._wall_clock = lambda: later  # the wall clock is far past the last event: silences close
+    ticking = asyncio.create_task(rig.live.tick())
+    while not rig.producer.pending:
+        await asyncio.sleep(0)
+    assert rig.live.in_flight
+    captured = len(rig.captures)
+    await rig.feed([40, 41])  # records judged meanwhile (they decide nothing): due, but held back
+    assert len(rig.captures) == captured
+    rig.producer.acknowledge()
+    await ticking
+    assert not rig.live.in_flight
+    await rig.feed([42])
+    assert rig.captures[-1] == (42, 0)
+
+
+async def test_idle_for_counts_from_the_last_record_finished() -> None:
+    rig = JudgeRig(LOG, auto_ack=False)
+    await rig.feed(range(0, 5))
+    rig.clock.advance(7)
+    assert rig.judge.idle_for() == 7
+    first_deciding = next(j.offset for j in judged_all(LOG) if j.decisions)
+    busy = asyncio.create_task(rig.feed(range(5, first_deciding + 1)))
+    while not rig.producer.pending:
+        await asyncio.sleep(0)
+    assert rig.judge.idle_for() == 0  # judging (waiting for the broker) counts as busy
+    rig.producer.acknowledge()
+    await busy
+    rig.clock.advance(2)
+    assert rig.judge.idle_for() == 2
+
+
+async def test_revoked_partitions_are_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    rig = JudgeRig(LOG, )
+    rig.held.install(new_state(0))
+    rig.held.install(new_state(3))
+    with caplog.at_level(logging.WARNING, logger="faultline.correlator"):
+        assert rig.judge.on_assigned({0, 1}) == [3]
+    assert rig.held.partitions == [0]
+    assert "assigned events partitions [0, 1] of events; dropped the state of [3]" in caplog.text
