@@ -11,7 +11,8 @@ from sinks.executors.breaker import CircuitBreaker
 from sinks.executors.core import ExecutionError, Executor
 from sinks.executors.ledger import ResultLedger
 from sinks.executors.slurm import CommandLine, SlurmBackend
-from tests.producers.scheduler.slurm_cluster import SlurmCluster, wait_until
+from tests.producers.scheduler.slurm_cluster import SlurmCluster
+from tests.servers import wait_until
 
 from .commands import command
 
