@@ -26,7 +26,8 @@ from common.kafka_admin import create_namespace_topics, delete_namespace_topics
 from common.kafka_reader import read_topic
 from common.settings import Settings
 from faultline.bench.goodput import compare
-from faultline.pipeline import CorrelatorWorker, end_marker, ensure_broker, wait_for_end
+from faultline.pipeline import CorrelatorWorker, end_marker, wait_for_end
+from faultline.preflight import ensure_broker
 from faultline.simulate import FaultPlan, Fleet
 from producers.capture import parse_capture_line
 from producers.delivery import EventPublisher
