@@ -60,12 +60,13 @@ class CheckpointBook:
     run_started: Instant | None = None  # when the current run (the newest job_started) began
     loading: int | None = None  # the step the current run loaded (or was told to load)
     loading_path: str | None = None
+    load_failed: bool = False  # the current run's load failure is recorded already
 
     # --- what the job reports -------------------------------------------------------------
     def on_run_start(self, ts: datetime, step: int | None, path: str | None) -> None:
         """A new run of the job; ``step``: the checkpoint it is loading, when known (faultline's restart)."""
         self.run_started = ts
-        self.loading, self.loading_path = None, None
+        self.loading, self.loading_path, self.load_failed = None, None, False
         if step is not None:
             self.on_loaded(step, path)
 
@@ -106,15 +107,19 @@ class CheckpointBook:
         valid = [ck for ck in self.saved if ck.state == "valid"]
         return max(valid, key=lambda c: (c.step, c.ts)) if valid else None
 
-    def restart_point(self, lost_nodes: set[str]) -> tuple[SavedCheckpoint | None, list[Skipped]]:
-        """The newest valid checkpoint outside the failure domain of ``lost_nodes`` (fenced or left out), and
-        the newer ones passed over (failed to load, or only on a lost node's local storage)."""
+    def restart_point(self, lost_nodes: set[str], failure_at: datetime | None = None,
+                      ) -> tuple[SavedCheckpoint | None, list[Skipped]]:
+        """The newest valid checkpoint saved by ``failure_at`` outside the failure domain of ``lost_nodes``
+        (fenced or left out), and the newer ones passed over (failed to load, or only on a lost node's local
+        storage). One completed after the failure began may hold its damage: it is passed over silently."""
         skipped: list[Skipped] = []
         for ck in sorted(self.saved, key=lambda c: (c.step, c.ts), reverse=True):
+            if failure_at is not None and ck.ts > failure_at:
+                continue
             if ck.state == "valid" and not (ck.local and ck.node in lost_nodes):
                 return ck, skipped
             if ck.state == "failed_load":
                 skipped.append(Skipped(ck.step, ck.ts, f"failed to load ({ck.why})"))
             elif ck.state == "valid":
-                skipped.append(Skipped(ck.step, ck.ts, f"only on {ck.node}'s node-local storage ({ck.path})"))
+                skipped.append(Skipped(ck.step, ck.ts, f"is only on {ck.node}'s node-local storage ({ck.path})"))
         return None, skipped

@@ -101,7 +101,6 @@ class IncidentLifecycle:
             return inc
         if f.category in HARDWARE_CATEGORIES:
             self._hardware(inc, f)
-        inc.earlier_nodes |= {n for n, _ in inc.hardware()}
         self.queue.cancel("verify", (inc.id,))
         self._new_round(inc, f.ts, now, f"failed again: {f.reason}")
         self.immediate(inc, now)
@@ -130,16 +129,21 @@ class IncidentLifecycle:
             inc.severity, inc.summary = self.p.rule(f.category).severity, f.reason
             taken = True
         changed = changed or taken or new_hardware
-        if new_hardware and inc.state in ("restarting", "awaiting_approval") and not inc.avoided(f.node, set(f.gpus)):
-            # the restart already asked for does not avoid this hardware: fence it, then restart again
-            self.queue.arm_after("settle", (inc.id,), now, self.p.timing.settle_s / 2)
-            self.set_state(inc, "open", now, f"more hardware after the restart: {f.reason}")
-            self.gate.open(inc, self.state.topology.jobs.get(inc.job or ""), f.ts, now)
+        told = ""
+        if new_hardware and inc.state in ("restarting", "awaiting_approval"):
+            if inc.avoided(f.node, set(f.gpus)):
+                told = f"{f.reason}: the restart already left it out"
+            else:  # the restart already asked for does not avoid this hardware: fence it, then restart again
+                self.queue.arm_after("settle", (inc.id,), now, self.p.timing.settle_s / 2)
+                self.set_state(inc, "open", now, f"more hardware after the restart: {f.reason}")
+                self.gate.open(inc, self.state.topology.jobs.get(inc.job or ""), f.ts, now)
         if inc.held and inc.category in HARDWARE_CATEGORIES:
             self.publish(inc, now)
         elif changed and not inc.held:
             self.emit(inc, now)
             self.immediate(inc, now)
+            if told:  # fenced after the restart that avoids it: say so (no second restart needed)
+                self.out.extend(self.plan.notify(inc, now, told, inc.severity))
 
     def _hardware(self, inc: OpenIncident, f: Finding) -> tuple[bool, bool]:
         """Hardware evidence ``f`` joins ``inc``: (new hardware to fence, whether ``f`` took the incident over).
@@ -177,6 +181,7 @@ class IncidentLifecycle:
         o = inc.other(category, node)
         if o is None:
             inc.others.append(OtherFault(category, node, set(gpus), reason, ts))
+            inc.summary = f"{inc.summary}; also {reason} ({category})" if inc.summary else reason
             return True
         if gpus <= o.gpus:
             return False

@@ -96,10 +96,13 @@ class LivenessRules:
         category = silence_category(view, len(peers))
         lost_nodes = [node] + (peers if category == "rack_outage" else [])
         for n in lost_nodes:
-            reason = f"node agent silent since {s.silent.get(n, since).isoformat()}"
+            last = s.silent.get(n, since)
+            reason = f"node agent silent since {last.isoformat()}"
             self.queue.cancel("judge", (n,))
             s.silent.pop(n, None)
-            self.hardware.node_finding(Finding(category, due, n, reason=f"{category}: {reason}"))
+            # the fault is as old as the silence: the jobs that failed around then are its victims, however
+            # long the agent's cadence made the verdict take
+            self.hardware.node_finding(Finding(category, min(last, due), n, reason=f"{category}: {reason}"))
 
     # --- the scheduler's view ------------------------------------------------------------
     def _on_node_state(self, e: ev.Event, b: ev.NodeState) -> None:

@@ -52,7 +52,7 @@ class PlacementRules:
             return
         inc = self._carrier(job, fenced, now)
         what = ", ".join(self._describe(node, gpu, fence) for node, gpu, fence in fenced)
-        message = (f"the scheduler ({source}) started job {job.name} on fenced hardware: {what}. The fence is "
+        message = (f"the scheduler (source {source!r}) started job {job.name} on fenced hardware: {what}. The fence is "
                    "not being enforced: check that the executor carried the command out (its result) and that "
                    "the scheduler honours it (Slurm: the node's drain; Kubernetes: the cordon or the quarantine "
                    "taint); faultline will restart the job off it again when it fails")

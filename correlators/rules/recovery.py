@@ -126,7 +126,7 @@ class RecoveryRules:
             s.unknown_restarts[job.name] = s.unknown_restarts.get(job.name, 0) + 1
         progress = s.job_progress(job.name)
         lost = set(extra_nodes) | {n for n in job.nodes if s.ledger.is_fenced(n)}
-        ck, skipped = progress.checkpoints.restart_point(lost)
+        ck, skipped = progress.checkpoints.restart_point(lost, inc.gate.failure_at if inc.gate else inc.opened_at)
         checkpoint = {"path": ck.path, "step": ck.step} if ck else None
         extra: dict[str, Any] = {}
         if decision.excluded:
@@ -139,7 +139,7 @@ class RecoveryRules:
             extra["checkpoint_skipped"] = [{"step": k.step, "why": k.why} for k in skipped]
             extra["checkpoint_cost"] = {"steps": steps, "gpu_hours": hours}
             cost = (f"restarting from step {ck.step}" if ck else "restarting from the start") + \
-                f" costs {steps} more steps ({hours} GPU-hours) than step {newest.step}, which " + \
+                f" costs {steps} more steps ({hours} GPU-hours) than the newest checkpoint: " + \
                 "; ".join(f"step {k.step} {k.why}" for k in skipped)
             reasons.append(cost)
             inc.summary = f"{inc.summary}; {cost}" if cost not in inc.summary else inc.summary

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 
 from correlators.attribution import exit_category
 from correlators.findings import HARDWARE_CATEGORIES, Finding
+from correlators.job_progress import JobProgress
 from correlators.lifecycle import DONE, IncidentLifecycle
 from correlators.restart_gate import human
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
@@ -125,7 +126,7 @@ class TrainingRules:
             return
         node, gpus = self._rank_place(e.job, e.rank, e.node)
         category = exit_category(category) or category
-        if category == "software_crash" and self._load_failure(e.job, e.ts, text or reason):
+        if category == "software_crash" and self._load_failure(e.job, e.ts, text or reason, e.id):
             return
         fenced = self._fenced_cause(node, gpus)
         if fenced is not None and category in ("software_crash", "network_timeout"):
@@ -145,7 +146,7 @@ class TrainingRules:
         category = owner.category if owner is not None and owner.category in HARDWARE_CATEGORIES else fence.reason
         return category, fence.incident
 
-    def _load_failure(self, job: str, ts: datetime, text: str) -> bool:
+    def _load_failure(self, job: str, ts: datetime, text: str, evidence: str) -> bool:
         """A restarted run died before its first step because its checkpoint would not load: mark the
         checkpoint, and fail the job as the incident whose restart it was (nothing is fenced for it)."""
         prog = self.state.job_progress(job)
@@ -155,6 +156,12 @@ class TrainingRules:
         told = any(ck.state == "failed_load" and ck.step == book.loading for ck in book.saved)
         if not told and not _load_error(tuple(self.p.checkpoints.load_failure_patterns)).search(text):
             return False
+        if book.load_failed:  # the same run's other reports of it (its exit, its error file's text)
+            inc = self.state.failure_of(job)
+            if inc is not None:
+                inc.add_evidence(evidence)
+            return True
+        book.load_failed = True
         first = text.strip().splitlines()[0][:200] if text.strip() else "the run died before its first step"
         ck = book.loaded_failed(first)
         step = ck.step if ck is not None else book.loading
@@ -162,7 +169,8 @@ class TrainingRules:
         owner = recovering.id if recovering is not None and recovering.restart_attempts and \
             recovering.state not in ("closed",) else None
         inc = self.life.failure(job, Finding("software_crash", ts, None, [],
-                                             f"checkpoint step {step} did not load: {first}", None, belongs_to=owner))
+                                             f"checkpoint step {step} did not load: {first}", evidence,
+                                             belongs_to=owner))
         if inc.id == owner or owner is None:
             inc.load_failures += 1
         return True
@@ -190,7 +198,7 @@ class TrainingRules:
             self.life.condition(e.job, None, "loss_anomaly", [], e.ts,
                                 f"loss has not improved for {t.loss_plateau_s:.0f}s", e.id)
         last = prog.last_step_ts or e.ts
-        gap, save = prog.longest_step_gap(), prog.longest_save()
+        gap, save = prog.longest_step_gap(), self._save_allowance(e.job, prog, last)
         if gap is None:  # no interval known yet: the floor times the factor
             hang, busy = t.hang_factor * t.hang_min_s, t.hang_factor * t.hang_min_s
         else:
@@ -198,6 +206,19 @@ class TrainingRules:
         self.queue.arm("hang", (e.job,), last + timedelta(seconds=hang + save))
         self.queue.arm("hang_check", (e.job,), last + timedelta(seconds=busy + save))
         self.verification.check_progress(e.job, e.ts)
+
+    def _save_allowance(self, job: str, prog: JobProgress, last: datetime) -> float:
+        """How long a checkpoint save may hold the steps back: the longest save seen; before one was timed,
+        when the job is due for a checkpoint (its policy's interval), as long as an unknown cadence."""
+        if prog.save_seconds:
+            return prog.longest_save()
+        j = self.state.topology.jobs.get(job)
+        interval = j.spec.checkpoint.interval_s if j is not None and j.spec.checkpoint else None
+        saved = prog.checkpoints.saved
+        since = saved[-1].ts if saved else prog.run_started
+        if interval and since is not None and (last - since).total_seconds() >= 0.9 * interval:
+            return self.p.thresholds.hang_factor * self.p.thresholds.hang_min_s
+        return 0.0
 
     def _on_trainer_heartbeat(self, e: ev.Event, b: ev.TrainerHeartbeat) -> None:
         """The trainer is alive. Recorded in the job's progress (``heartbeat_ts``) for a hang rule that
