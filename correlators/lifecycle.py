@@ -203,7 +203,7 @@ class IncidentLifecycle:
         if current is None:
             return
         wanted = max(current, clock + timedelta(seconds=self.p.timing.settle_s / 2))
-        self.queue.arm("settle", (inc.id,), min(wanted, inc.settle_deadline))
+        self.queue.arm("settle", (inc.id,), max(clock, min(wanted, inc.settle_deadline)))  # never in the past
 
     def publish(self, inc: OpenIncident, now: datetime) -> OpenIncident:
         """Make a held (or new) failure incident public, or fold it into the job's incident of the same cause."""

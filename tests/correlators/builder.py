@@ -120,6 +120,7 @@ class Capture:
         self._raw: list[tuple[float, str]] = []
         self._bmc_every: float | None = None
         self._bmc_dead: dict[str, float] = {}
+        self._bmc_quiet: set[str] = set()
 
     # --- plumbing ---------------------------------------------------------------------
     def _add(self, t: float, source: str, **data: Any) -> _Obs:
@@ -351,9 +352,12 @@ class Capture:
         self._bmc_every = every
         return self
 
-    def bmc_down(self, at: float, node: str) -> Capture:
-        """The node's BMC stops answering its polls from ``at`` (each poll then reports it unreachable)."""
+    def bmc_down(self, at: float, node: str, quiet: bool = False) -> Capture:
+        """The node's BMC stops answering its polls from ``at``: each poll reports it unreachable, or (``quiet``)
+        nothing is reported for it at all (its poller lost it)."""
         self._bmc_dead[node] = at
+        if quiet:
+            self._bmc_quiet.add(node)
         return self
 
     def metric(self, at: float, node: str, gpu: int, **metrics: Any) -> Capture:
@@ -562,7 +566,8 @@ class Capture:
                 while t < self.duration:
                     dead = self._bmc_dead.get(node)
                     if dead is not None and t >= dead:
-                        add(t, "bmc", node=node, reachable=False)
+                        if node not in self._bmc_quiet:
+                            add(t, "bmc", node=node, reachable=False)
                     else:
                         add(t, "bmc", node=node, power="on")
                     t += self._bmc_every
