@@ -26,6 +26,7 @@ __all__ = ["NVML_GAPS", "NvmlNode"]
 
 NVML_GAPS = 32  # a node's sample cadence is the median of this many per-GPU gaps
 MIN_GAPS = 3  # ...and is not known before this many
+RECOMPUTE = 16  # ...and recomputed every this many new gaps
 
 
 @dataclass
@@ -37,21 +38,35 @@ class NvmlNode:
     newest: Instant | None = None
     gaps: Annotated[deque[float], Bounded(NVML_GAPS)] = field(default_factory=lambda: deque(maxlen=NVML_GAPS))
     gone: dict[int, Instant] = field(default_factory=dict)
+    # the median of ``gaps``, recomputed every RECOMPUTE new gaps (a node's cadence hardly moves; the median of
+    # every sample would be the engine's costliest line)
+    cad: float | None = None
+    fresh: int = 0
 
     def observe(self, idx: int, ts: datetime) -> bool:
         """Record a sample of GPU ``idx``; True when the GPU had been declared gone and is back."""
         prev = self.last.get(idx)
         if prev is not None and ts > prev:
             self.gaps.append((ts - prev).total_seconds())
+            self.fresh += 1
+            if self.cad is None or self.fresh >= RECOMPUTE:
+                self.fresh = 0
+                self.cad = statistics.median(self.gaps) if len(self.gaps) >= MIN_GAPS else None
         if prev is None or ts > prev:
             self.last[idx] = ts
         if self.newest is None or ts > self.newest:
             self.newest = ts
-        return self.gone.pop(idx, None) is not None
+        return bool(self.gone) and self.gone.pop(idx, None) is not None
 
     def cadence(self) -> float | None:
         """Seconds between two samples of one GPU (the median of the recent gaps), once known."""
-        return statistics.median(self.gaps) if len(self.gaps) >= MIN_GAPS else None
+        return self.cad
+
+    def next_overdue(self, factor: float) -> datetime | None:
+        """The earliest time (in this node's NVML time) one of its GPUs not declared gone becomes overdue."""
+        cad = self.cad
+        present = [t for i, t in self.last.items() if i not in self.gone]
+        return min(present) + timedelta(seconds=factor * cad) if cad is not None and present else None
 
     def overdue_at(self, idx: int, factor: float) -> datetime | None:
         """When (in this node's NVML time) GPU ``idx`` is overdue: its newest sample plus ``factor`` intervals."""

@@ -290,7 +290,7 @@ class GateJudge:
             return
         if nv.quiet(now, factor):
             return  # the node's NVML is quiet as a whole: the node's own verdict decides
-        timer = self.state.timers.due("gone", (node, g))
+        timer = self.state.timers.due("gone", (node,))
         if nv.newest < overdue or (timer is not None and timer >= now):
             due = max(now + (overdue - nv.newest), timer or now) + self._eps()
             waits.append(Wait(node, g, "NVML sample", due))

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 from correlators.findings import FAILURE_CATEGORIES, Finding
 from correlators.lifecycle import DONE, IncidentLifecycle
+from correlators.nvml_presence import NvmlNode
 from correlators.restart_gate import hear, human
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
 from correlators.state import AwaitingRemap, LostGpu
@@ -115,39 +116,42 @@ class HardwareRules:
 
     # --- a GPU gone from NVML, without a kernel line -------------------------------------
     def _present(self, node: str, idx: int, ts: datetime) -> None:
-        """An NVML sample of the GPU: it is present; its absence is looked at once it could be overdue."""
-        nv = self.state.nvml_node(node)
+        """An NVML sample of the GPU: it is present. The node's ``gone`` timer looks at its GPUs' absences
+        once one of them could be overdue (one timer per node, not per GPU or per sample)."""
+        s = self.state
+        nv = s.nvml.get(node) or s.nvml_node(node)
         nv.observe(idx, ts)
-        hear(self.state, node, "nvml", ts, idx)
-        cad = nv.cadence()
-        if cad is not None and not self.queue.armed("gone", (node, idx)):
-            self.queue.arm_after("gone", (node, idx), self.state.clock or ts,
-                                 self.p.thresholds.gpu_lost_factor * cad)
+        if s.gate_watch:  # (the common case, no gate open, costs no call)
+            hear(s, node, "nvml", ts, idx)
+        cad = nv.cad
+        if cad is not None and not self.queue.armed("gone", (node,)):
+            self.queue.arm_after("gone", (node,), self.state.clock or ts, self.p.thresholds.gpu_lost_factor * cad)
 
     def _timer_gone(self, key: TimerKey, due: datetime) -> None:
-        """Has the GPU missed ``gpu_lost_factor`` of its node's sample intervals while the node's other GPUs
-        went on reporting (all in the node's own NVML time)? Then it is gone: ``gpu_off_bus``."""
-        node, idx = key[0], key[1]
-        if not isinstance(node, str) or not isinstance(idx, int):
-            return
+        """Has one of the node's GPUs missed ``gpu_lost_factor`` of its sample intervals while the node's other
+        GPUs went on reporting (in the node's own NVML time)? Then it is gone: ``gpu_off_bus``."""
+        node = str(key[0])
         nv = self.state.nvml.get(node)
         factor = self.p.thresholds.gpu_lost_factor
-        overdue = nv.overdue_at(idx, factor) if nv is not None else None
         cad = nv.cadence() if nv is not None else None
-        if nv is None or overdue is None or cad is None or nv.newest is None or idx in nv.gone:
-            return
-        if nv.newest < overdue:
-            if not nv.quiet(due, factor):  # else the node's NVML as a whole stopped: its silence is the node's
-                self.queue.arm("gone", key, due + max(overdue - nv.newest, timedelta(seconds=cad / 2)))
-            return
-        last = nv.last[idx]
+        if nv is None or cad is None or nv.newest is None or nv.quiet(due, factor):
+            return  # unknown cadence, or the node's NVML as a whole stopped: its silence is the node's to judge
+        window = timedelta(seconds=factor * cad)
+        for idx, last in sorted(nv.last.items()):
+            if idx not in nv.gone and nv.newest >= last + window:
+                self._gone(node, nv, idx, last, cad)
+        nxt = nv.next_overdue(factor)
+        if nxt is not None:  # when the next GPU could be overdue, in engine time
+            self.queue.arm("gone", key, due + max(nxt - nv.newest, timedelta(seconds=cad / 2)))
+
+    def _gone(self, node: str, nv: NvmlNode, idx: int, last: datetime, cad: float) -> None:
         others = len(nv.last) - 1
         if others < 1 or nv.reporting_since(idx, last + timedelta(seconds=cad)) < max(1, (others + 1) // 2):
             return  # most of its siblings are as quiet: not this GPU's own loss
+        nv.gone[idx] = last
         if self.state.ledger.is_fenced(node, idx) or any(x.index == idx and x.ts >= last - timedelta(seconds=cad)
                                                          for x in self.state.lost.get(node, ())):
             return  # already fenced, or already known lost (its XID said so)
-        nv.gone[idx] = last
         self.queue_fence(node, Finding("gpu_off_bus", last, node, [idx],
                                        f"GPU {idx} on {node} gone from NVML (last sample {human(last)}; the "
                                        f"node's other GPUs still report)", None))

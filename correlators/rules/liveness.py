@@ -62,7 +62,8 @@ class LivenessRules:
                 beat.last = e.ts
         s.silent.pop(node, None)
         self.queue.cancel("judge", (node,))
-        hear(s, node, "heartbeat", e.ts)
+        if s.gate_watch:
+            hear(s, node, "heartbeat", e.ts)
         usual = beat.usual()
         if usual is None:
             return  # silence means nothing until this agent's cadence is known
