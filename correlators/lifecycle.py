@@ -249,12 +249,10 @@ class IncidentLifecycle:
             self._other(prev, o.category, o.node, o.gpus, o.reason, o.ts)
         prev.reports = inc.reports
         prev.settle_deadline = inc.settle_deadline
-        failure_at = inc.gate.failure_at if inc.gate is not None else inc.opened_at
-        self.gate.close(inc)
+        self.gate.hand_over(inc, prev)  # the round of the new failure, with what was heard since it
         self.state.failure[prev.job or ""] = prev.ref
         self.state.drop(inc)  # nothing names it any more: the job's failure is prev now
         self.set_state(prev, "open", now, f"failed again: {inc.summary}")
-        self.gate.open(prev, self.state.topology.jobs.get(prev.job or ""), failure_at, now)
         if due is not None:  # else: called from inc's own settle, which goes on with prev
             self.queue.arm("settle", (prev.id,), due)
         self.immediate(prev, now)

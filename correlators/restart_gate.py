@@ -132,6 +132,21 @@ class GateJudge:
                 refs.append(inc.ref)
         return gate
 
+    def hand_over(self, src: OpenIncident, dst: OpenIncident) -> None:
+        """``dst`` takes ``src``'s open round over (a reopen folds the new failure into an earlier incident):
+        what was heard since the failure still counts."""
+        gate = src.gate
+        self.close(dst)
+        src.gate = None
+        if gate is None or gate.passed:  # (never made so: every new failure opens a round) judge afresh
+            self.open(dst, self.state.topology.jobs.get(dst.job or ""), src.opened_at, self.state.clock or src.opened_at)
+            return
+        dst.gate = gate
+        for node in gate.alloc:
+            refs = self.state.gate_watch.get(node)
+            if refs is not None and src.ref in refs:
+                refs[refs.index(src.ref)] = dst.ref
+
     def earlier(self, inc: OpenIncident, failure_at: datetime) -> None:
         """Earlier evidence of the same failure turned up: the round judges from then on."""
         gate = inc.gate

@@ -185,9 +185,12 @@ class HardwareRules:
     def _timer_fence(self, key: TimerKey, due: datetime) -> None:
         node = str(key[0])
         findings = self.state.pending_fence.pop(node, [])
-        powered = self._power_group(node, due)
+        # grouped around when the GPUs went, not when we learnt it (a GPU gone from NVML is known a few
+        # sample intervals after its last sample)
+        at = min((f.ts for f in findings if f.category == "gpu_off_bus"), default=due)
+        powered = self._power_group(node, at)
         if powered:
-            self._power_finding(node, due, None)
+            self._power_finding(node, at, None)
         for f in findings:
             if f.category == "gpu_off_bus" and set(f.gpus) <= powered:
                 continue

@@ -165,9 +165,9 @@ class TrainingRules:
         first = text.strip().splitlines()[0][:200] if text.strip() else "the run died before its first step"
         ck = book.loaded_failed(first)
         step = ck.step if ck is not None else book.loading
-        recovering = self.state.failure_of(job)
+        recovering = self.state.failure_of(job)  # the incident whose restart this run is
         owner = recovering.id if recovering is not None and recovering.restart_attempts and \
-            recovering.state not in ("closed",) else None
+            recovering.state in ("verifying", "restarting", "awaiting_approval") else None
         inc = self.life.failure(job, Finding("software_crash", ts, None, [],
                                              f"checkpoint step {step} did not load: {first}", evidence,
                                              belongs_to=owner))

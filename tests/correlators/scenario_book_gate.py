@@ -384,6 +384,23 @@ def gpu_gone_from_nvml_skewed_and_sparse() -> S:
 
 
 @scenario
+def power_domain_gone_from_nvml_without_xid() -> S:
+    """The four GPUs of n2's second supply drop out of NVML together, no kernel line: the supply, not four GPUs."""
+    cap = fleet("n1", "n2", "n3").job("pt", ["n1", "n2"])
+    for g in (4, 5, 6, 7):
+        cap.vanish(900, "n2", g)
+    cap.crash(902, "pt", rank=12, error="RuntimeError: CUDA error: unspecified launch failure")
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "power_supply_fault", "culprit_node": "n2",
+                    "culprit_gpus": [4, 5, 6, 7]}],
+        must=[{"type": "cordon_node", "node": "n2"}, restart("pt", excludes_node="n2")],
+        must_not=[{"type": "cordon_node", "node": "n1"}, {"type": "quarantine_gpu", "node": "n1"}],
+        order=[[{"type": "cordon_node", "node": "n2"}, restart("pt")]],
+        unique=[restart("pt")],
+    )
+
+
+@scenario
 def idle_gpu_gone_from_nvml() -> S:
     """An idle GPU drops out of NVML: job-less lost hardware, fenced; nobody restarts."""
     cap = fleet("n1", "n2").job("pt", ["n1"])
