@@ -10,7 +10,7 @@ How it is put together. Everything the engine remembers is one
 :class:`~correlators.state.EngineState` -- plain typed data, which is exactly
 what a snapshot serialises (:mod:`correlators.snapshots`). The rules are rule
 sets over that state (:mod:`correlators.rules`: scheduler, liveness, hardware,
-training, recovery, operator), composed here, never inherited: each is given
+training, recovery, verification, placement, operator), composed here, never inherited: each is given
 the state (:class:`~correlators.rules.base.RuleContext`) and the collaborators
 it needs -- the incident lifecycle (:mod:`correlators.lifecycle`), the planner
 (:mod:`correlators.planner`), another rule set -- and declares the event kinds

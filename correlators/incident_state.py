@@ -50,6 +50,7 @@ class OpenIncident:
     restart_attempts: int = 0
     restored_step: int | None = None
     baseline_throughput: float | None = None
+    baseline_gpus: int | None = None  # the run's size when the baseline was measured (an elastic job may shrink)
     lost_gpu_hours: float | None = None
     settle_deadline: Instant | None = None
     held: bool = False  # a failure whose cause is still being judged: not published, no commands yet

@@ -97,7 +97,10 @@ class IncidentLifecycle:
         now = s.clock or f.ts
         inc.add_evidence(f.evidence)
         s.failure[inc.job or ""] = inc.ref
-        if inc.state == "escalated":
+        if inc.state == "escalated":  # a person decides the restart; new broken hardware is fenced all the same
+            if f.category in HARDWARE_CATEGORIES and any(self._hardware(inc, f)):
+                self.emit(inc, now)
+                self.immediate(inc, now)
             return inc
         if f.category in HARDWARE_CATEGORIES:
             self._hardware(inc, f)

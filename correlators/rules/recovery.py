@@ -150,7 +150,7 @@ class RecoveryRules:
         s.restart_log.append(now)
         inc.restored_step = ck.step if ck else 0
         if inc.baseline_throughput is None:
-            inc.baseline_throughput = progress.baseline_throughput()
+            inc.baseline_throughput, inc.baseline_gpus = progress.baseline_throughput(), job.world_size
         if ck:  # the one definition (README, "Lost GPU-hours"): checkpoint to failure, not to this restart
             lost_s = max(0.0, (inc.opened_at - ck.ts).total_seconds())
             inc.lost_gpu_hours = round(lost_s * job.world_size / 3600, 3)

@@ -7,8 +7,8 @@ restart went out) its incident is *verifying*, and it is resolved when all of th
 * it has stepped ``timing.progress_steps`` past the checkpoint it restarted from;
 * its loss is finite in the new run;
 * its throughput -- the median of the new run's last few ``samples_per_s`` readings -- is at least
-  ``timing.progress_throughput`` of the pre-failure baseline (the median before the failure), and
-  has stayed there for ``timing.verify_hold_s``.
+  ``timing.progress_throughput`` of the pre-failure baseline (the median before the failure, scaled
+  to the new run's size when an elastic job shrank), and has stayed there for ``timing.verify_hold_s``.
 
 A run that steps but stays below that share for ``timing.verify_shortfall_s`` is escalated with a
 notify naming the shortfall (a slow recovery that catches up within it resolves); one that makes
@@ -70,7 +70,7 @@ class VerificationRules:
         if prog.run_loss_bad:
             inc.verify_ok_since = None
             return
-        base, rate = inc.baseline_throughput, prog.run_rate()
+        base, rate = self._baseline(inc), prog.run_rate()
         if not base or rate is None:
             self._resolve(inc, now, f"progressing again at step {prog.last_step}")
             return
@@ -91,6 +91,15 @@ class VerificationRules:
                                      f"{t.progress_throughput:.0%} held {t.verify_hold_s / 60:g} min): look for a slow "
                                      "replacement or a degraded link", "recovery below its pre-failure throughput")
 
+    def _baseline(self, inc: OpenIncident) -> float | None:
+        """The pre-failure throughput, scaled to the size the job runs at now (an elastic job that shrank by
+        a node is held to the share of the baseline its GPUs can do)."""
+        base, before = inc.baseline_throughput, inc.baseline_gpus
+        job = self.state.topology.jobs.get(inc.job or "")
+        if base is None or not before or job is None or not job.world_size:
+            return base
+        return base * min(1.0, job.world_size / before)
+
     def _resolve(self, inc: OpenIncident, now: datetime, why: str) -> None:
         self.queue.cancel("verify", (inc.id,))
         inc.load_failures = 0
@@ -106,7 +115,7 @@ class VerificationRules:
         if inc is None or inc.state != "verifying":
             return
         prog = self.state.job_progress(inc.job or "")
-        base, rate = inc.baseline_throughput, prog.run_rate()
+        base, rate = self._baseline(inc), prog.run_rate()
         if prog.run_steps and base and rate is not None and rate < base * self.p.timing.progress_throughput:
             self._escalate(inc, due, f"the restarted job runs at {rate:.0f} samples/s, {rate / base:.0%} of the "
                                      f"{base:.0f} before the failure", "recovery below its pre-failure throughput")

@@ -340,3 +340,23 @@ def recovery_at_full_speed_resolves_once_it_holds() -> S:
         must_not=NO_FENCE[1:],
         _check=_state("resolved", None, since=1000 + 300),
     )
+
+
+@scenario
+def elastic_recovery_on_half_the_gpus_is_judged_by_its_size() -> S:
+    """An elastic job loses a node and comes back on the other one at half its throughput: that is all its
+    GPUs can do, so it is recovered (held to half the baseline), not a shortfall."""
+    cap = fleet("n1", "n2", "n3", duration=3000).job("el", ["n1", "n2"], elastic=(8, 16))
+    cap.sel(899, "n2", "memory").silence(900, "n2").bmc_power(930, "n2")
+    cap.job("el", ["n1"], at=1100, elastic=(8, 16))
+    cap.slow(1100, "el", 0.5)
+    return cap, expect(
+        incidents=[{"job": "el", "category": "node_hardware_fault", "culprit_node": "n2"}],
+        must=[restart("el", excludes_node="n2", gpus_min=8, gpus_max=8)],
+        _check=_resolved_el,
+    )
+
+
+def _resolved_el(out: dict[str, Any], cap: Capture) -> list[str]:
+    inc = next(i for i in out["incidents"] if i["job"] == "el")
+    return [] if inc["state"] == "resolved" else [f"want resolved, got {inc['state']}: {inc['summary']}"]
