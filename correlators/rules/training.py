@@ -97,7 +97,9 @@ class TrainingRules:
             if (node, set(gpus)) != (inc.node, inc.gpus) or summary != inc.summary:
                 # recomputed whenever the reports change: a rank that reported is never said to be missing
                 inc.node, inc.gpus, inc.summary = node, set(gpus), summary
-                self.life.emit(inc, e.ts)
+                now = max(self.state.clock or e.ts, e.ts)  # decided now, whenever the late report was written
+                self.life.emit(inc, now)
+                self.life.immediate(inc, now)  # a notify already out said other facts: say the current ones
 
     def _on_cuda_oom(self, e: ev.Event, b: ev.CudaOom) -> None:
         self._crash(e, "cuda_oom", f"CUDA out of memory on rank {e.rank}")

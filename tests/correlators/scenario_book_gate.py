@@ -610,3 +610,19 @@ def collective_text_follows_the_reports() -> S:
         must_not=NO_FENCE,
         _check=_current_ranks,
     )
+
+
+@scenario
+def collective_text_follows_a_late_report() -> S:
+    """Rank 30's report reaches the pipeline 50 s late, after the incident was published and its notify sent:
+    the incident and a new notify say rank 21."""
+    cap = fleet("n1", "n2", "n3", "n4", duration=1800).job("pt", ["n1", "n2", "n3", "n4"])
+    cap.stop_training("pt", 800)
+    cap.nccl_timeout(860, "pt", missing=[21, 30], timeout_ms=60000)
+    cap.nccl_timeout(861, "pt", only=[30], timeout_ms=60000).late(50)
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "network_timeout", "culprit_node": "n3"}],
+        must=[restart("pt")],
+        must_not=NO_FENCE,
+        _check=_current_ranks,
+    )
