@@ -108,13 +108,14 @@ class CheckpointBook:
         return max(valid, key=lambda c: (c.step, c.ts)) if valid else None
 
     def restart_point(self, lost_nodes: set[str], failure_at: datetime | None = None,
-                      ) -> tuple[SavedCheckpoint | None, list[Skipped]]:
-        """The newest valid checkpoint saved by ``failure_at`` outside the failure domain of ``lost_nodes``
-        (fenced or left out), and the newer ones passed over (failed to load, or only on a lost node's local
-        storage). One completed after the failure began may hold its damage: it is passed over silently."""
+                      rerun: tuple[datetime, datetime] | None = None) -> tuple[SavedCheckpoint | None, list[Skipped]]:
+        """The newest valid checkpoint saved by ``failure_at`` (or within ``rerun``: by a run that began after
+        it, up to that run's own failure) outside the failure domain of ``lost_nodes`` (fenced or left out), and
+        the newer ones passed over (failed to load, or only on a lost node's local storage). One completed by
+        the failing run after the failure began may hold its damage: it is passed over silently."""
         skipped: list[Skipped] = []
         for ck in sorted(self.saved, key=lambda c: (c.step, c.ts), reverse=True):
-            if failure_at is not None and ck.ts > failure_at:
+            if failure_at is not None and ck.ts > failure_at and not (rerun and rerun[0] <= ck.ts <= rerun[1]):
                 continue
             if ck.state == "valid" and not (ck.local and ck.node in lost_nodes):
                 return ck, skipped

@@ -65,6 +65,8 @@ class OpenIncident:
     load_failures: int = 0  # restarts in a row whose checkpoint did not load
     verify_ok_since: Instant | None = None  # the recovered run at its pre-failure throughput since
     verify_short_since: Instant | None = None  # ...or below it since (stepping, but slowly)
+    run: int = 0  # which run of the job failed (Job.starts when the incident opened)
+    reran: Instant | None = None  # when the job first ran again after this incident's restart
     restart_from: int | None = None  # the checkpoint step (and path) the last restart asked for
     restart_path: str | None = None
 

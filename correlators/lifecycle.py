@@ -69,6 +69,8 @@ class IncidentLifecycle:
             return self._again(carrier, f)
         inc = self._new(job, None, f)
         inc.held = f.category not in HARDWARE_CATEGORIES
+        j = s.topology.jobs.get(job)
+        inc.run = j.starts if j is not None else 0
         s.failure[job] = inc.ref
         # settle from when we learnt of it: a late line gives the evidence after it the same time
         start = max(f.ts, s.clock or f.ts)
@@ -88,6 +90,9 @@ class IncidentLifecycle:
             inc = s.incident(inc_id) if inc_id else None
             if inc is not None and inc.job == job and inc.state != "closed":
                 return inc
+        held = s.failure_of(job)  # waiting for a person, and the job has not run again since: the same failure
+        if held is not None and held.state == "escalated" and j is not None and held.run == j.starts:
+            return held
         return None
 
     def _again(self, inc: OpenIncident, f: Finding) -> OpenIncident:
@@ -101,6 +106,8 @@ class IncidentLifecycle:
             if f.category in HARDWARE_CATEGORIES and any(self._hardware(inc, f)):
                 self.emit(inc, now)
                 self.immediate(inc, now)
+                self.out.extend(self.plan.notify(inc, now, f"{f.reason}: fenced too; the incident still waits "
+                                                           "for a person before any restart", "page"))
             return inc
         if f.category in HARDWARE_CATEGORIES:
             self._hardware(inc, f)
@@ -298,9 +305,7 @@ class IncidentLifecycle:
         """Issue the incident's non-restart actions not issued yet (fences first); a held incident issues none."""
         if inc.held:
             return
-        cmds = self.plan.immediate(inc, now)
-        if only is not None:
-            cmds = [c for c in cmds if c.type in only]
+        cmds = self.plan.immediate(inc, now, only)
         self.out.extend(cmds)
         if cmds and inc.state == "open" and inc.category in HARDWARE_CATEGORIES:
             self.set_state(inc, "mitigating", now)

@@ -65,13 +65,17 @@ class Planner:
     ledger: QuarantineLedger
     hardware_work: dict[str, list[WorkOwner]] = field(default_factory=dict)
 
-    def immediate(self, inc: OpenIncident, now: datetime) -> list[Command]:
+    def immediate(self, inc: OpenIncident, now: datetime, only: tuple[str, ...] | None = None) -> list[Command]:
         """Every non-restart action of the incident's category not yet issued for it (or, for work on
         hardware, for another incident: two jobs on one dead node get one drain and one ticket), then those
-        of its second culprits' categories for their hardware (fences and tickets)."""
+        of its second culprits' categories for their hardware (fences and tickets). ``only``: of these types
+        alone -- the others are not planned at all (planning a fence records it in the ledger)."""
+        keep = set(only) if only is not None else None
         groups = [(inc.category, inc.hardware(), set(self.policy.rule(inc.category).actions))]
         groups += [(o.category, [(o.node, o.gpus)], set(self.policy.rule(o.category).actions) & OTHER_ACTIONS)
                    for o in inc.others]
+        if keep is not None:
+            groups = [(c, hw, actions & keep) for c, hw, actions in groups]
         out: list[tuple[str, Command]] = []
         for action in IMMEDIATE_ORDER:
             for category, hardware, actions in groups:

@@ -90,7 +90,7 @@ class Gate(_Strict):
     """The restart gate (:mod:`correlators.restart_gate`): how long hardware may take to be judged."""
 
     max_wait_s: float = 300
-    late_line_s: float = 30
+    late_line_s: float = 60
     cadence_factor: float = 2
 
 

@@ -22,7 +22,9 @@ every node and GPU of the allocation that failed:
                             or, once silent, its verdict (``judge`` timer)
   BMC                       its last report + ``cadence_factor`` x its learned poll         node
                             interval (in the BMC's own time)
-  late kernel lines         the failure + ``late_line_s``                                   node
+  late kernel lines         the failure + ``late_line_s`` while no hardware cause explains  node
+                            it yet (else the settle window: a late line then is a second
+                            fault, fenced when it comes)
   NVML                      its newest sample + ``gpu_lost_factor`` x the node's learned    GPU
                             sample interval (in the node's NVML time), when the GPU is
                             judged present or gone (``gone`` timer)
@@ -46,6 +48,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from correlators.findings import HARDWARE_CATEGORIES
 from correlators.gate_round import Exclusion, GateRound, Wait
 from correlators.incident_state import OpenIncident
 from correlators.policy import Policy
@@ -56,6 +59,7 @@ __all__ = ["GateDecision", "GateJudge", "hear", "human", "waiting_text"]
 
 Detector = Literal["heartbeat", "bmc", "nvml"]
 MAX_SHOWN = 4  # units named in the incident's waiting text; the rest are counted
+LATE_LINES = "late kernel lines"
 
 
 @dataclass
@@ -173,7 +177,7 @@ class GateJudge:
         gate = inc.gate
         if gate is None or gate.passed:
             return GateDecision(ready=True)
-        verdicts = self.verdicts(gate, now)
+        verdicts = self.verdicts(gate, now, inc.category not in HARDWARE_CATEGORIES)
         waits = [w for v in verdicts if v.verdict == "pending" for w in v.waits]
         if waits and now < gate.bound:
             wake = min(min(w.due for w in waits), gate.bound)
@@ -190,11 +194,12 @@ class GateJudge:
         gate.waiting, gate.excluded = [], excluded
         return GateDecision(ready=True, excluded=excluded)
 
-    def verdicts(self, gate: GateRound, now: datetime) -> list[_Verdict]:
-        """Every node of the failed allocation, and the GPUs of those that are neither fenced nor suspect."""
+    def verdicts(self, gate: GateRound, now: datetime, unexplained: bool = True) -> list[_Verdict]:
+        """Every node of the failed allocation, and the GPUs of those that are neither fenced nor suspect.
+        ``unexplained``: no hardware cause is known yet, so a late kernel line could still name one."""
         out: list[_Verdict] = []
         for node in sorted(gate.alloc):
-            v = self._node(gate, node, now)
+            v = self._node(gate, node, now, unexplained)
             out.append(v)
             if v.verdict in ("fenced", "suspect"):
                 continue
@@ -205,7 +210,7 @@ class GateJudge:
         """A verdict reached at ``t`` is fenced by ``t`` + the fence debounce: look just after that."""
         return timedelta(seconds=self.p.timing.fence_debounce_s + 0.001)
 
-    def _node(self, gate: GateRound, node: str, now: datetime) -> _Verdict:
+    def _node(self, gate: GateRound, node: str, now: datetime, unexplained: bool = True) -> _Verdict:
         s, f_at = self.state, gate.failure_at
         if s.ledger.is_fenced(node):
             return _Verdict(node, None, "fenced")
@@ -216,9 +221,10 @@ class GateJudge:
         since = s.not_ready.get(node)
         if since is not None:
             why.append(f"the scheduler says it is not ready (since {human(since)})")
-        kernel = f_at + timedelta(seconds=self.p.gate.late_line_s)
+        late = self.p.gate.late_line_s if unexplained else min(self.p.gate.late_line_s, self.p.timing.settle_s)
+        kernel = f_at + timedelta(seconds=late)
         if now < kernel:
-            waits.append(Wait(node, None, "late kernel lines", kernel))
+            waits.append(Wait(node, None, LATE_LINES, kernel))
         if s.pending_fence.get(node):  # GPU findings held for the debounce: they may add up to the node's
             waits.append(Wait(node, None, "a finding being fenced", self._fence_due(node, now)))
         if waits:
@@ -314,12 +320,17 @@ class GateJudge:
 
 
 def waiting_text(waits: Iterable[Wait]) -> str:
-    """``waiting for a verdict on n05: heartbeat due by 01:21:13Z; n03 GPU 2: NVML sample due by ...``."""
+    """``waiting for a verdict on n05: heartbeat due by 01:21:13Z; n03 GPU 2: NVML sample due by ...``; the
+    wait for late kernel lines (the same for every node) is said once, at the end."""
     by: dict[tuple[str, int | None], list[Wait]] = {}
+    kernel: datetime | None = None
     for w in waits:
-        by.setdefault((w.node, w.gpu), []).append(w)
+        if w.detector == LATE_LINES:
+            kernel = w.due if kernel is None else max(kernel, w.due)
+        else:
+            by.setdefault((w.node, w.gpu), []).append(w)
     parts = []
-    for (node, gpu), ws in sorted(by.items(), key=lambda x: (x[0][0], -1 if x[0][1] is None else x[0][1])):
+    for (node, gpu), ws in sorted(by.items(), key=lambda x: (x[0][1] is not None, x[0][0], x[0][1] or 0)):
         latest: dict[str, datetime] = {}
         for w in ws:
             latest[w.detector] = max(w.due, latest.get(w.detector, w.due))
@@ -327,4 +338,7 @@ def waiting_text(waits: Iterable[Wait]) -> str:
         parts.append(f"{node}{'' if gpu is None else f' GPU {gpu}'}: {what}")
     shown = parts[:MAX_SHOWN]
     more = f"; and {len(parts) - MAX_SHOWN} more" if len(parts) > MAX_SHOWN else ""
-    return f"waiting for a verdict on {'; '.join(shown)}{more}" if parts else ""
+    lines = f"; {LATE_LINES} until {human(kernel)}" if kernel is not None else ""
+    if not parts:
+        return f"waiting for {LATE_LINES} until {human(kernel)}" if kernel is not None else ""
+    return f"waiting for a verdict on {'; '.join(shown)}{more}{lines}"

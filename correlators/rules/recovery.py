@@ -105,6 +105,14 @@ class RecoveryRules:
         if decision.wake is not None:
             self.queue.arm("settle", (inc.id,), decision.wake)
 
+    @staticmethod
+    def _cutoff(inc: OpenIncident) -> tuple[datetime, tuple[datetime, datetime] | None]:
+        """Checkpoints completed by the incident's first evidence are restart points, and, once the job ran
+        again after its restart, those saved since then up to this round's failure."""
+        round_at = inc.gate.failure_at if inc.gate is not None else inc.opened_at
+        rerun = (inc.reran, round_at) if inc.reran is not None and inc.reran > inc.opened_at else None
+        return min(inc.opened_at, round_at), rerun
+
     def _restart(self, inc: OpenIncident, job: Job, now: datetime, decision: GateDecision) -> None:
         s = self.state
         reasons: list[str] = []
@@ -126,7 +134,7 @@ class RecoveryRules:
             s.unknown_restarts[job.name] = s.unknown_restarts.get(job.name, 0) + 1
         progress = s.job_progress(job.name)
         lost = set(extra_nodes) | {n for n in job.nodes if s.ledger.is_fenced(n)}
-        ck, skipped = progress.checkpoints.restart_point(lost, inc.gate.failure_at if inc.gate else inc.opened_at)
+        ck, skipped = progress.checkpoints.restart_point(lost, *self._cutoff(inc))
         checkpoint = {"path": ck.path, "step": ck.step} if ck else None
         extra: dict[str, Any] = {}
         if decision.excluded:

@@ -53,6 +53,7 @@ class VerificationRules:
         inc = self.state.failure_of(job)
         if inc and inc.state in ("restarting", "awaiting_approval", "mitigating", "open") and inc.restart_attempts:
             inc.verify_ok_since = inc.verify_short_since = None
+            inc.reran = inc.reran or now
             self.life.set_state(inc, "verifying", now)
             self.queue.arm_after("verify", (inc.id,), now, self.p.timing.verify_timeout_s)
             return inc

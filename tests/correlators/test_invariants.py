@@ -468,7 +468,9 @@ def _checkpoint_violations(o: _Oracle, job: str, step: int, path: str | None, f_
     saves = [t for s, p, t in o.saved.get(job, []) if s == step and (path is None or p == path)]
     if not saves:
         return [f"restart of {job} from step {step}, never saved"]
-    before = [t for t in saves if t <= f_at]
+    # saved before the failure began, or by a run that started after it (the job ran again in between)
+    rerun = [r.start for r in o.runs.get(job, []) if r.start > f_at]
+    before = [t for t in saves if t <= f_at or (rerun and t >= min(rerun))]
     if not before:
         return [f"restart of {job} from step {step}, saved after the failure began"]
     saved_at = max(before)  # the same path saved again (a later lineage) is the later file

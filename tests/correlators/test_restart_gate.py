@@ -68,7 +68,10 @@ def test_the_restart_says_what_it_left_out_and_why() -> None:
 def test_the_waiting_text_names_each_piece_once_with_its_latest_due() -> None:
     waits = [Wait("n05", None, "heartbeat", T), Wait("n05", None, "heartbeat", T - timedelta(seconds=5)),
              Wait("n03", 2, "NVML sample", T + timedelta(seconds=9)), Wait("n05", None, "BMC poll", T)]
-    assert waiting_text(waits) == ("waiting for a verdict on n03 GPU 2: NVML sample due by 01:21:22Z; "
-                                   "n05: heartbeat due by 01:21:13Z, BMC poll due by 01:21:13Z")
+    assert waiting_text(waits) == ("waiting for a verdict on n05: heartbeat due by 01:21:13Z, BMC poll due by "
+                                   "01:21:13Z; n03 GPU 2: NVML sample due by 01:21:22Z")
+    kernel = [Wait("n05", None, "late kernel lines", T), Wait("n03", None, "late kernel lines", T)]
+    assert waiting_text(kernel) == "waiting for late kernel lines until 01:21:13Z"
+    assert waiting_text(kernel + waits[:1]).endswith("n05: heartbeat due by 01:21:13Z; late kernel lines until 01:21:13Z")
     many = [Wait(f"n{k}", None, "heartbeat", T) for k in range(7)]
     assert waiting_text(many).endswith("; and 3 more") and waiting_text([]) == ""
