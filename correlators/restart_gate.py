@@ -240,8 +240,9 @@ class GateJudge:
         beat = s.heartbeat.get(node)
         if beat is None or len(beat.gaps) < 2:
             return  # no cadence known: its silence could not be timed, so it cannot be waited for
-        if gate.heard_hb.get(node) is not None:
-            return
+        heard = gate.heard_hb.get(node)
+        if heard is not None and heard >= self._suspected_at(gate, node):
+            return  # (a heartbeat from before later bad news about the node vouches for nothing after it)
         if node in s.silent:
             judge = s.timers.due("judge", (node,))
             if judge is not None:
@@ -253,6 +254,20 @@ class GateJudge:
             waits.append(Wait(node, None, "heartbeat", silence + timedelta(seconds=beat.judge_step()) + self._eps()))
         else:
             why.append(f"no heartbeat since {human(beat.last)}")
+
+    def _suspected_at(self, gate: GateRound, node: str) -> datetime:
+        """The newest bad news about the node since the failure (a hardware SEL or machine check, the scheduler's
+        not ready, a failed BMC poll or the power off): its agent must speak after it to vouch for it."""
+        s = self.state
+        at = gate.failure_at
+        view = s.bmc.get(node)
+        if view is not None:
+            if view.hardware_at is not None:
+                at = max(at, view.hardware_at)
+            if view.heard is not None and (not view.reachable or view.power_on is False):
+                at = max(at, view.heard)
+        since = s.not_ready.get(node)
+        return max(at, since) if since is not None else at
 
     def _bmc(self, gate: GateRound, node: str, now: datetime, why: list[str], waits: list[Wait]) -> None:
         s = self.state

@@ -360,3 +360,49 @@ def elastic_recovery_on_half_the_gpus_is_judged_by_its_size() -> S:
 def _resolved_el(out: dict[str, Any], cap: Capture) -> list[str]:
     inc = next(i for i in out["incidents"] if i["job"] == "el")
     return [] if inc["state"] == "resolved" else [f"want resolved, got {inc['state']}: {inc['summary']}"]
+
+
+@scenario
+def second_fault_a_node_dies_before_the_restart() -> S:
+    """GPU 1 of n1 falls off; ten seconds later n2 logs a memory SEL and goes quiet: the node's fault leads the
+    incident, the GPU stays a culprit of its own; n2 cordoned, n1 GPU 1 quarantined, one restart avoiding both."""
+    cap = fleet("n1", "n2", "n3").job("pt", ["n1", "n2"])
+    cap.xid(900, "n1", 1, 79).crash(901, "pt", rank=1)
+    cap.sel(909, "n2", "memory").silence(910, "n2").bmc_power(930, "n2")
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "node_hardware_fault", "culprit_node": "n2"}],
+        must=[_quarantine("n1", 1), {"type": "cordon_node", "node": "n2"}, restart("pt", excludes_node="n2"),
+              restart("pt", excludes_gpu=["n1", 1])],
+        order=[[{"type": "cordon_node", "node": "n2"}, restart("pt")], [_quarantine("n1", 1), restart("pt")]],
+        unique=[restart("pt")],
+    )
+
+
+@scenario
+def second_fault_skewed_and_resent() -> S:
+    """The two XIDs of second_fault_on_another_node with the kernel's clock 25 s behind, each line sent twice."""
+    cap = _two_faults("n2", 918)
+    cap.skew("kernel", -25)
+    cap.where(lambda d: d["source"] == "kernel").dup(4)
+    return cap, _one_incident_both_fenced("n2")
+
+
+@scenario
+def checkpoint_load_failure_with_resent_lines() -> S:
+    """The load failure's exit and the scheduler's lines arrive twice: still one load failure, one fallback."""
+    cap = _load_fails(MISSING_KEYS)
+    cap.where(lambda d: d["source"] in ("torchelastic", "scheduler")).dup(7)
+    return cap, _load_expect(cap)
+
+
+@scenario
+def slow_recovery_with_the_trainers_clock_ahead() -> S:
+    """The trainer's clock runs 20 s ahead; the recovery still runs at half speed: escalated all the same."""
+    cap = _recovered([(1000, 0.5)])
+    cap.skew("trainer", 20)
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [1]}],
+        must=[{"type": "notify", "job": "pt"}, restart("pt", excludes_gpu=["n1", 1])],
+        unique=[restart("pt")],
+        _check=_state("escalated", "samples/s"),
+    )
