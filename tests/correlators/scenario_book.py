@@ -900,3 +900,8 @@ def clock_skew_heartbeats_ahead_late_xid() -> tuple[Capture, dict[str, Any]]:
     cap, exp = xid79_late_duplicated_bad_input()
     cap.skew("node_agent", 30)
     return cap, exp
+
+
+# The books of our later issues register into SCENARIOS too (they import the helpers above).
+import scenario_book_gate  # noqa: E402,F401
+import scenario_book_recovery  # noqa: E402,F401
