@@ -17,27 +17,36 @@ the lifecycle decides which incident that is and what is published.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from correlators.findings import HARDWARE_CATEGORIES, PRIORITY, Finding
 from correlators.incident_state import OpenIncident, stable_id
 from correlators.planner import Planner
 from correlators.rules.base import RuleContext
 
-__all__ = ["ACTIVE", "DONE", "IncidentLifecycle"]
+__all__ = ["ACTIVE", "DONE", "IncidentLifecycle", "VersionWatcher"]
 
 ACTIVE = ("open", "mitigating", "restarting", "awaiting_approval")
 DONE = ("resolved", "closed")
 
 
+class VersionWatcher(Protocol):
+    """A rule set told of every published incident version, before the lifecycle goes on (so a fence it
+    decides precedes the restart the incident asks for next): :class:`~correlators.rules.lemons.LemonRules`."""
+
+    def on_version(self, inc: OpenIncident, now: datetime) -> None: ...
+
+
 class IncidentLifecycle:
     """Failure and condition incidents over the engine's state; what they publish goes to the outbox."""
 
-    def __init__(self, ctx: RuleContext, planner: Planner) -> None:
+    def __init__(self, ctx: RuleContext, planner: Planner, watcher: VersionWatcher | None = None) -> None:
         self.state = ctx.state
         self.p = ctx.policy
         self.out = ctx.out
         self.plan = planner
         self.queue = ctx.state.timers
+        self.watcher = watcher
 
     # --- failure incidents: one per job at a time, refined to the strongest cause -------
     def failure(self, job: str, f: Finding) -> OpenIncident:
@@ -202,6 +211,8 @@ class IncidentLifecycle:
         topo = self.state.topology
         gpu_ids = [topo.gpu_id(inc.node, i) for i in sorted(inc.gpus)] if inc.node else []
         self.out.append(inc.to_model(gpu_ids))
+        if self.watcher is not None:
+            self.watcher.on_version(inc, now)
 
     def set_state(self, inc: OpenIncident, state: str, now: datetime, why: str = "") -> None:
         if inc.state != state:

@@ -41,6 +41,7 @@ from correlators.findings import Finding
 from correlators.gpu_health import GpuHealth
 from correlators.incident_state import OpenIncident
 from correlators.job_progress import JobProgress
+from correlators.lemons import LemonBook
 from correlators.planner import WorkOwner
 from correlators.quarantine_ledger import QuarantineLedger
 from correlators.state_fields import Bounded, Instant
@@ -156,6 +157,8 @@ class EngineState:
     node_conditions: dict[str, dict[str, int]] = field(default_factory=dict)  # job-less hardware: node -> ...
     job_history: dict[str, list[int]] = field(default_factory=dict)  # job -> its published incidents, in order
     timers: TimerQueue = field(default_factory=TimerQueue)
+    # --- lemons: per GPU and node, the failures blamed on software that implicated it (rules/lemons.py)
+    lemons: LemonBook = field(default_factory=LemonBook)
 
     # --- get or create ----------------------------------------------------------------
     def gpu_health(self, node: str, index: int) -> GpuHealth:

@@ -757,6 +757,93 @@ def clock_skew_torchelastic_behind() -> tuple[Capture, dict[str, Any]]:
     return _skewed(0, -30)
 
 
+# --- lemons: hardware in failure after failure that each looked like software -----------------------
+DAY = 86400.0
+BUG = "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+def lemon_fleet(days: float = 7.5) -> Capture:
+    """Two nodes over a week or more: sparse heartbeats, no NVML (a long capture stays small)."""
+    return fleet("n1", "n2", duration=days * DAY, nvml=None, hb=600)
+
+
+def crashes(cap: Capture, runs: list[tuple[str, float, int]], node: str = "n1", run_s: float = 3600) -> Capture:
+    """Each (job, start, GPU): the job runs ``run_s`` on ``node``, then the rank on that GPU crashes."""
+    for job, start, gpu in runs:
+        cap.job(job, [node], at=start).crash(start + run_s, job, rank=gpu, error=BUG)
+    return cap
+
+
+def _no_lemon(cap: Capture, jobs: list[str]) -> dict[str, Any]:
+    return expect(incidents=[{"job": j, "category": "software_crash"} for j in dict.fromkeys(jobs)],
+                  must=[restart(jobs[0])], must_not=[*NO_FENCE, {"type": "validate_gpu"}])
+
+
+@scenario
+def lemon_gpu_three_jobs_in_a_week() -> tuple[Capture, dict[str, Any]]:
+    """GPU 5 of n1 is in the software crashes of three different jobs over six days: each alone is the
+    application's, together they are the card's. It is fenced and validated at the third, before that
+    job's restart, which avoids it."""
+    cap = crashes(lemon_fleet(), [("a", 0.5 * DAY, 5), ("b", 3.5 * DAY, 5), ("c", 6.5 * DAY, 5)])
+    third = 6.5 * DAY + 3600
+
+    def check(out: dict[str, Any], _cap: Capture) -> list[str]:
+        fences = [c for c in out["commands"] if c["type"] == "quarantine_gpu"]
+        return [f"lemon fenced at {c['issued_at']}, before the third crash" for c in fences
+                if _ts(c["issued_at"]) < _ts(at_iso(third))]
+
+    return cap, expect(
+        incidents=[{"job": j, "category": "software_crash", "culprit_node": "n1", "culprit_gpus": [5]}
+                   for j in "abc"],
+        must=[{"type": "quarantine_gpu", "node": "n1", "gpu": 5}, {"type": "validate_gpu", "node": "n1", "gpu": 5},
+              restart("a"), restart("b"), restart("c", excludes_gpu=["n1", 5])],
+        must_not=[{"type": "cordon_node"}, restart("a", excludes_gpu=["n1", 5]),
+                  restart("b", excludes_gpu=["n1", 5])],
+        at_most=[[{"type": "quarantine_gpu"}, 1], [{"type": "validate_gpu"}, 1]],
+        order=[[{"type": "quarantine_gpu"}, restart("c")]],
+        _check=check,
+    )
+
+
+@scenario
+def lemon_gpu_once_is_not_a_lemon() -> tuple[Capture, dict[str, Any]]:
+    """Three jobs crash in a week on the same node, each on another GPU: every card appears once."""
+    cap = crashes(lemon_fleet(), [("a", 0.5 * DAY, 5), ("b", 3.5 * DAY, 2), ("c", 6.5 * DAY, 7)])
+    return cap, _no_lemon(cap, ["a", "b", "c"])
+
+
+@scenario
+def lemon_one_jobs_own_bug_is_not_a_lemon() -> tuple[Capture, dict[str, Any]]:
+    """One job crashes three times in a week on the same GPU (restarted in between): its own bug, not
+    the card's, until another job fails there too. (Each run lasts eight hours, past the reopen window:
+    three incidents, not one reopened.)"""
+    cap = crashes(lemon_fleet(), [("a", 0.5 * DAY, 5), ("a", 3 * DAY, 5), ("a", 5.5 * DAY, 5)], run_s=8 * 3600)
+    exp = _no_lemon(cap, ["a"])
+    exp["incidents"] = []  # three incidents of one job: the scorer wants one per job, so count them here
+    exp["no_other_incidents"] = False
+
+    def check(out: dict[str, Any], _cap: Capture) -> list[str]:
+        cats = [i["category"] for i in out["incidents"]]
+        return [] if cats == ["software_crash"] * 3 else [f"expected three software crashes of a, got {cats}"]
+
+    exp["_check"] = check
+    return cap, exp
+
+
+@scenario
+def lemon_node_failures_on_many_gpus() -> tuple[Capture, dict[str, Any]]:
+    """Five jobs crash on n1 within four days, each on another GPU: no card is a lemon, the node is."""
+    cap = crashes(lemon_fleet(5), [(f"j{k}", (0.3 + 0.8 * k) * DAY, g) for k, g in enumerate([1, 3, 5, 6, 7])])
+    return cap, expect(
+        incidents=[{"job": f"j{k}", "category": "software_crash", "culprit_node": "n1"} for k in range(5)],
+        must=[{"type": "cordon_node", "node": "n1"}, {"type": "validate_gpu", "node": "n1"},
+              restart("j4", excludes_node="n1")],
+        must_not=[{"type": "quarantine_gpu"}, restart("j3", excludes_node="n1")],
+        at_most=[[{"type": "cordon_node"}, 1]],
+        order=[[{"type": "cordon_node"}, restart("j4")]],
+    )
+
+
 def decisions(out: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """What was decided, without ids and times: incidents and commands as comparable tuples."""
     incs = sorted((i["job"] or "", i["category"], i["culprit"]["node"] or "", tuple(sorted(i["culprit"]["gpus"])))
