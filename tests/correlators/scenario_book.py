@@ -844,6 +844,54 @@ def lemon_node_failures_on_many_gpus() -> tuple[Capture, dict[str, Any]]:
     )
 
 
+# --- policy edits: a scenario, a candidate policy, and exactly what a backtest must show ----------------
+@scenario
+def policy_edit_xid94_two_jobs() -> tuple[Capture, dict[str, Any]]:
+    """A contained ECC error (XID 94) kills job pt on n1 GPU 2; job ft on n2 crashes of its own bug."""
+    cap = fleet("n1", "n2", "n3").job("pt", ["n1"]).job("ft", ["n2"])
+    cap.xid(900, "n1", 2, 94).crash(901, "pt", rank=2)
+    cap.exception(1200, "ft", 3).crash(1200.5, "ft", rank=3, error="ValueError: expected a batch of 16")
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "gpu_memory_fault", "culprit_node": "n1", "culprit_gpus": [2]},
+                   {"job": "ft", "category": "software_crash"}],
+        must=[{"type": "quarantine_gpu", "node": "n1", "gpu": 2}, restart("pt", excludes_gpu=["n1", 2]),
+              restart("ft")],
+        must_not=[{"type": "quarantine_gpu", "node": "n2"}],
+    )
+
+
+#: name -> (scenario, candidate policy YAML, what its backtest against the default policy must show:
+#: counts of incident changes, command changes by type, and costs that move), exactly.
+POLICY_EDITS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "contained_ecc_is_the_applications": (
+        "policy_edit_xid94_two_jobs", "xid:\n  94: software\n",
+        {"recategorised": [("pt", "gpu_memory_fault", "software_crash")], "reblamed": [], "added": [], "removed": [],
+         "commands": {"quarantine_gpu": {"added": 0, "removed": 1, "changed": 0},
+                      "open_ticket": {"added": 0, "removed": 1, "changed": 0},
+                      "notify": {"added": 1, "removed": 0, "changed": 0},
+                      # both restarts: pt's no longer avoids GPU 2, nor does ft's (every restart avoids every
+                      # fenced GPU, and under the candidate nothing is fenced)
+                      "restart_job": {"added": 0, "removed": 0, "changed": 2}},
+         "gpus_fenced": (1, 0), "by_category": {"gpu_memory_fault": (1, 0), "software_crash": (1, 2)},
+         "by_xid": {"94": (1, 0)}}),
+    "xid79_is_a_firmware_hang": (
+        "xid79_fixed_job", "xid:\n  79: gpu_firmware_fault\n",
+        {"recategorised": [("pt", "gpu_off_bus", "gpu_firmware_fault")], "reblamed": [], "added": [], "removed": [],
+         "commands": {"open_ticket": {"added": 0, "removed": 1, "changed": 0},
+                      "reset_gpu": {"added": 1, "removed": 0, "changed": 0},
+                      "validate_gpu": {"added": 1, "removed": 0, "changed": 0}},
+         "gpus_fenced": (1, 1), "approvals": (0, 1), "by_category": {"gpu_off_bus": (1, 0), "gpu_firmware_fault": (0, 1)},
+         "by_xid": {"79": (1, 1)}}),
+    "lemons_need_three_jobs": (
+        "lemon_gpu_three_jobs_in_a_week", "lemons:\n  min_jobs: 4\n",
+        {"recategorised": [], "reblamed": [], "added": [], "removed": [],
+         "commands": {"quarantine_gpu": {"added": 0, "removed": 1, "changed": 0},
+                      "validate_gpu": {"added": 0, "removed": 1, "changed": 0},
+                      "restart_job": {"added": 0, "removed": 0, "changed": 1}},
+         "gpus_fenced": (1, 0), "lemons": (1, 0), "by_category": {"software_crash": (3, 3)}, "by_xid": {}}),
+}
+
+
 def decisions(out: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """What was decided, without ids and times: incidents and commands as comparable tuples."""
     incs = sorted((i["job"] or "", i["category"], i["culprit"]["node"] or "", tuple(sorted(i["culprit"]["gpus"])))
