@@ -81,7 +81,9 @@ def render(result: Json, console: Console | None = None) -> None:
     _say(console, f"faultline backtest: candidate {pol.get('candidate')} against {against}; {result['source']}")
     warm = f" (judged from {human_time(win['read_from'])}: warm-up)" if win.get("read_from") and win["read_from"] != \
         win.get("since") else ""
-    _say(console, f"window {human_time(win['since']) or 'start'} to {human_time(win['until']) or 'end'}{warm}: "
+    span = (f"window {human_time(win['since']) or 'the first event'} to {human_time(win['until']) or 'the last'}"
+            if win.get("since") or win.get("until") else "the whole history")
+    _say(console, f"{span}{warm}: "
                   f"{plural(result['events'], 'event')} judged in {tim['total_s']:.1f} s "
                   f"({tim['events_per_s'] or 0:,} events/s; reading {tim['read_s']:.1f} s, engines {tim['engine_s']:.1f} s)")
     if result.get("retention"):

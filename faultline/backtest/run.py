@@ -83,8 +83,7 @@ def backtest(source: Source, candidate: Policy, current: Policy | None,
     retention = source.retention
 
     def mark(category: str, opened_at: str) -> bool:
-        return retention is not None and retention.marks(
-            category, datetime.fromisoformat(opened_at.replace("Z", "+00:00")))
+        return retention is not None and retention.marks(datetime.fromisoformat(opened_at.replace("Z", "+00:00")))
 
     diff = compare(base, cand, judged.xids, mark)
     return Backtest(source, against, labels or {}, judged, base, cand, diff, time.perf_counter() - started)

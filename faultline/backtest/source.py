@@ -76,17 +76,17 @@ class Retention:
         return (f"{kept}: this window reaches past it, so {self.first:%Y-%m-%d %H:%M}Z to {self.last:%Y-%m-%d %H:%M}Z "
                 f"is judged without raw telemetry under both policies. Decisions on discrete events are "
                 f"re-derived exactly; those that need NVML samples or heartbeats ({', '.join(sorted(RAW_DEPENDENT))}) "
-                "cannot be, and differences in them there are marked 'raw telemetry expired'")
+                "cannot be, and the differences of that stretch are marked 'raw telemetry expired'")
 
-    def marks(self, category: str, opened_at: datetime) -> bool:
-        """Whether a difference in this incident may come from expired raw telemetry rather than the policy."""
-        return (self.reaches_past and category in RAW_DEPENDENT and self.last is not None
-                and opened_at <= self.last + timedelta(hours=1))
+    def marks(self, opened_at: datetime) -> bool:
+        """Whether an incident opened where raw telemetry had expired (a difference there may come from
+        that, against live, rather than from the policy; and neither side could judge what needs it)."""
+        return self.reaches_past and self.last is not None and opened_at <= self.last + timedelta(hours=1)
 
 
 @dataclass
 class Source:
-    """Events to replay, in order, and what is compared: decisions made in ``[since, until]``."""
+    """Events to replay, in order, and what is compared: decisions made in ``[since, until]`` (None: open)."""
 
     describe: str
     events: Iterator[Event]
@@ -112,7 +112,8 @@ def from_archive(archive: Archive, since: datetime | None, until: datetime | Non
     hi = until if until is not None else last
     read_from = max(first, lo - warmup) if lo > first else first
     n, a, b = without_raw(archive, read_from, hi, raw.cutoff)
-    src = Source(f"archive namespace {archive.namespace}", iter(()), lo, hi, read_from, Retention(raw, n, a, b))
+    # an open end compares everything decided on the window's evidence, the last settles included
+    src = Source(f"archive namespace {archive.namespace}", iter(()), lo, until, read_from, Retention(raw, n, a, b))
     context = context_events(archive, read_from, src.unreadable) if read_from > first else []
     src.context = len(context)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from common.settings import Settings
@@ -98,10 +98,10 @@ def _backtest(args: argparse.Namespace, settings: Settings) -> int:
         with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
                           create=False) as archive:
             src = from_archive(archive, since, until, warmup)
-            lo, hi = src.since, src.until
+            lo, hi = src.since, src.until or datetime.max.replace(tzinfo=UTC)
 
             def archived() -> tuple[list[Incident], list[Command]]:
-                return decided(archive, lo, hi) if lo and hi else ([], [])
+                return decided(archive, lo, hi) if lo else ([], [])
 
             live = archived if args.against == "live" else None
             result = backtest(src, candidate, None if live else current, live, labels)

@@ -54,8 +54,12 @@ _AS_JSON = ("concat('{\"id\":', toJSONString(id), ',\"ts\":\"', formatDateTime(t
 _KEPT = f"(kind NOT IN {_RAW} OR ingested_at >= fromUnixTimestamp64Milli({{cutoff:Int64}}, 'UTC'))"
 
 
+_LAST = datetime(2299, 12, 31, 23, 59, 59, tzinfo=UTC)  # DateTime64(3)'s last year
+
+
 def _ms(ts: datetime) -> int:
-    return (ts.astimezone(UTC) - _EPOCH) // timedelta(milliseconds=1)
+    """Epoch milliseconds, within what DateTime64(3) holds (``datetime.max`` reads as its end)."""
+    return (min(max(ts.astimezone(UTC), _EPOCH), _LAST) - _EPOCH) // timedelta(milliseconds=1)
 
 
 @dataclass(frozen=True)
