@@ -110,6 +110,10 @@ def from_archive(archive: Archive, since: datetime | None, until: datetime | Non
     first, last = span
     lo = since if since is not None else first
     hi = until if until is not None else last
+    if lo > last or hi < first:
+        return Source(f"archive namespace {archive.namespace} (no events in the window: they span "
+                      f"{first:%Y-%m-%d %H:%M}Z to {last:%Y-%m-%d %H:%M}Z)", iter(()), since, until,
+                      retention=Retention(raw))
     read_from = max(first, lo - warmup) if lo > first else first
     n, a, b = without_raw(archive, read_from, hi, raw.cutoff)
     # an open end compares everything decided on the window's evidence, the last settles included
