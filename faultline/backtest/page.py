@@ -61,6 +61,12 @@ def _table(rows: list[list[Any]], head: list[str]) -> str:
             + "".join("<tr>" + "".join(cell(v) for v in r) + "</tr>" for r in rows) + "</table>")
 
 
+def _window(w: Json) -> str:
+    if not w.get("since") and not w.get("until"):
+        return "the whole history"
+    return f"window {human_time(w.get('since')) or 'the first event'} to {human_time(w.get('until')) or 'the last'}"
+
+
 def render_page(bt: Backtest) -> str:
     """The page for one backtest."""
     j = bt.to_json()
@@ -69,8 +75,8 @@ def render_page(bt: Backtest) -> str:
     base = "what was decided live" if bt.against == "live" else f"the current policy ({bt.labels.get('baseline')})"
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>faultline backtest</title><style>{_CSS}</style>"
            f"</head><body><h1>Backtest: {_e(bt.labels.get('candidate'))} against {_e(base)}</h1>",
-           f"<p>{_e(bt.source.describe)}; window {_e(human_time(j['window']['since']))} to "
-           f"{_e(human_time(j['window']['until']))}; {j['events']:,} events judged in {j['timing']['total_s']:.1f} s.</p>"]
+           f"<p>{_e(bt.source.describe)}; {_e(_window(j['window']))}; {j['events']:,} events judged in "
+           f"{j['timing']['total_s']:.1f} s.</p>"]
     if j["retention"]:
         out.append(f"<p>{_e(j['retention']['note'])}</p>")
     out.append("<h2>Summary</h2>" + _table([

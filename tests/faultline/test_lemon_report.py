@@ -95,3 +95,24 @@ def test_cli_report_lemons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps
     text = capsys.readouterr().out
     assert "GPUs by lemon score" in text and "fenced" in text and "GPU-n1-5" in text
     assert main(["report", "lemons", "--top", "0"]) == 2
+
+
+@pytest.mark.broker
+def test_a_lemon_fenced_by_the_live_pipeline_is_reported_from_what_the_sink_archived(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Through the broker, the Faust worker and the sink: the fence, its evidence and the score."""
+    from common.settings import Settings
+    from faultline.pipeline import replay
+
+    capture = tmp_path / "week.jsonl"
+    capture.write_text("\n".join(_week()) + "\n", encoding="utf-8")
+    settings = Settings(kafka=kafka_bootstrap, data_dir=tmp_path, namespace=f"lemons-{tmp_path.name}"[:60],
+                        archive=f"chdb://{tmp_path / 'archive'}")
+    run = replay(capture, settings)
+    fences = [c for c in run.contract()["commands"] if c["params"].get("reason") == "lemon"]
+    assert [c["type"] for c in fences] == ["quarantine_gpu", "validate_gpu"]
+    with Archive.open(settings.archive_url, run.archive_namespace) as archive:
+        report = lemon_report(archive, POLICY)
+    top = report["gpus"][0]
+    assert (top["node"], top["gpu_index"], top["state"], top["incidents"]) == ("n1", 5, "fenced", 3)
+    assert [e["incident"] for e in top["evidence"]] == fences[0]["params"]["incidents"]
