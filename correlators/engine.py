@@ -10,7 +10,7 @@ How it is put together. Everything the engine remembers is one
 :class:`~correlators.state.EngineState` -- plain typed data, which is exactly
 what a snapshot serialises (:mod:`correlators.snapshots`). The rules are rule
 sets over that state (:mod:`correlators.rules`: scheduler, liveness, hardware,
-training, recovery, verification, placement, operator), composed here, never inherited: each is given
+training, recovery, verification, placement, operator, lemons), composed here, never inherited: each is given
 the state (:class:`~correlators.rules.base.RuleContext`) and the collaborators
 it needs -- the incident lifecycle (:mod:`correlators.lifecycle`), the planner
 (:mod:`correlators.planner`), another rule set -- and declares the event kinds
@@ -58,6 +58,7 @@ from correlators.policy import Policy
 from correlators.quarantine_ledger import QuarantineLedger
 from correlators.rules.base import EventHandler, OnTimer, RuleContext, RuleSet
 from correlators.rules.hardware import HardwareRules
+from correlators.rules.lemons import LemonRules
 from correlators.rules.liveness import LivenessRules
 from correlators.rules.operator import OperatorRules
 from correlators.rules.placement import PlacementRules
@@ -96,7 +97,8 @@ class Correlator:
         s = self.state
         ctx = RuleContext(s, policy, self._out)
         planner = Planner(policy, s.topology, s.ledger, s.hardware_work)
-        life = IncidentLifecycle(ctx, planner)
+        lemons = LemonRules(ctx)  # watches the lifecycle's versions: a lemon is fenced before its restart
+        life = IncidentLifecycle(ctx, planner, watcher=lemons)
         recovery = RecoveryRules(ctx, life, planner)
         verification = VerificationRules(ctx, life, planner)
         training = TrainingRules(ctx, life, verification)
@@ -104,7 +106,7 @@ class Correlator:
         placement = PlacementRules(ctx, life, planner)
         self.rule_sets: tuple[RuleSet, ...] = (
             SchedulerRules(ctx, life, verification, placement, training), LivenessRules(ctx, hardware), hardware,
-            training, recovery, verification, placement, OperatorRules(ctx))
+            training, recovery, verification, placement, OperatorRules(ctx), lemons)
         self.handlers, self.on_timer = _tables(self.rule_sets)
 
     # --- what tests and the worker read --------------------------------------------------

@@ -27,6 +27,7 @@ the lifecycle decides which incident that is and what is published.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from correlators.findings import HARDWARE_CATEGORIES, NODE_CATEGORIES, PRIORITY, Finding
 from correlators.incident_state import OpenIncident, OtherFault, stable_id
@@ -34,22 +35,30 @@ from correlators.planner import Planner
 from correlators.restart_gate import GateJudge, waiting_text
 from correlators.rules.base import RuleContext
 
-__all__ = ["ACTIVE", "DONE", "IncidentLifecycle"]
+__all__ = ["ACTIVE", "DONE", "IncidentLifecycle", "VersionWatcher"]
 
 ACTIVE = ("open", "mitigating", "restarting", "awaiting_approval")
 DONE = ("resolved", "closed")
 FINISHED = ("resolved", "closed", "escalated")
 
 
+class VersionWatcher(Protocol):
+    """A rule set told of every published incident version, before the lifecycle goes on (so a fence it
+    decides precedes the restart the incident asks for next): :class:`~correlators.rules.lemons.LemonRules`."""
+
+    def on_version(self, inc: OpenIncident, now: datetime) -> None: ...
+
+
 class IncidentLifecycle:
     """Failure and condition incidents over the engine's state; what they publish goes to the outbox."""
 
-    def __init__(self, ctx: RuleContext, planner: Planner) -> None:
+    def __init__(self, ctx: RuleContext, planner: Planner, watcher: VersionWatcher | None = None) -> None:
         self.state = ctx.state
         self.p = ctx.policy
         self.out = ctx.out
         self.plan = planner
         self.queue = ctx.state.timers
+        self.watcher = watcher
 
     @property
     def gate(self) -> GateJudge:
@@ -322,6 +331,8 @@ class IncidentLifecycle:
         waiting = waiting_text(inc.gate.waiting) if inc.gate is not None and not inc.gate.passed else ""
         summary = "; ".join(x for x in (inc.summary, waiting) if x)
         self.out.append(inc.to_model(gpu_ids, topo.gpu_id, summary))
+        if self.watcher is not None:
+            self.watcher.on_version(inc, now)
 
     def set_state(self, inc: OpenIncident, state: str, now: datetime, why: str = "") -> None:
         if inc.state != state:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from streams.decisions import CATEGORIES
 
-__all__ = ["Policy", "CategoryRule", "Timing", "Thresholds", "RestartLimits", "Gate", "Checkpoints", "load_policy",
+__all__ = ["Policy", "CategoryRule", "Timing", "Thresholds", "RestartLimits", "Gate", "Checkpoints", "Lemons", "load_policy",
            "DEFAULT_POLICY"]
 
 DEFAULT_POLICY = Path(__file__).with_name("policy.yaml")
@@ -112,6 +112,37 @@ class Checkpoints(_Strict):
         return v
 
 
+# --- lemons: hardware that keeps hurting jobs (correlators/rules/lemons.py) -------------------------
+#: Failure categories that do not blame hardware: the only ones a lemon score counts.
+UNEXPLAINED_CATEGORIES = ("software_crash", "network_timeout", "training_hang", "cuda_oom")
+
+
+class Lemons(_Strict):
+    """When a GPU (or node) implicated in repeated failures blamed on software or unknown causes is fenced
+    and sent to deep diagnostics. ``policy.yaml`` documents each knob."""
+
+    enabled: bool = True
+    threshold: float = 2.5
+    node_threshold: float = 4.0
+    half_life_s: float = Field(default=1_209_600, gt=0)
+    min_jobs: int = Field(default=2, ge=1)
+    weights: dict[str, float] = Field(
+        default_factory=lambda: {"software_crash": 1.0, "network_timeout": 0.5, "training_hang": 0.5})
+    forget_below: float = Field(default=0.05, ge=0)
+    diagnostic: str = "dcgmi diag -r 3"
+
+    @field_validator("weights")
+    @classmethod
+    def _unexplained_only(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = sorted(set(v) - set(UNEXPLAINED_CATEGORIES))
+        if bad:
+            raise ValueError(f"lemons.weights: {bad} cannot count: only failures not blamed on hardware do "
+                             f"(one of {list(UNEXPLAINED_CATEGORIES)}); hardware faults fence by their own rule")
+        if any(w < 0 for w in v.values()):
+            raise ValueError("lemons.weights: a weight is at least 0")
+        return v
+
+
 class Policy(_Strict):
     xid: dict[int, str]
     xid_needs_pending_remap: list[int] = Field(default_factory=list)
@@ -122,6 +153,7 @@ class Policy(_Strict):
     restarts: RestartLimits = RestartLimits()
     gate: Gate = Gate()
     checkpoints: Checkpoints = Checkpoints()
+    lemons: Lemons = Lemons()
 
     @field_validator("xid")
     @classmethod

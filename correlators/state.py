@@ -41,6 +41,7 @@ from correlators.findings import Finding
 from correlators.gpu_health import GpuHealth
 from correlators.incident_state import OpenIncident
 from correlators.job_progress import JobProgress
+from correlators.lemons import LemonBook
 from correlators.nvml_presence import NvmlNode
 from correlators.planner import WorkOwner
 from correlators.quarantine_ledger import QuarantineLedger
@@ -169,6 +170,8 @@ class EngineState:
     job_history: dict[str, list[int]] = field(default_factory=dict)  # job -> its published incidents, in order
     gate_watch: dict[str, list[int]] = field(default_factory=dict)  # node -> incidents whose open gate watches it
     timers: TimerQueue = field(default_factory=TimerQueue)
+    # --- lemons: per GPU and node, the failures blamed on software that implicated it (rules/lemons.py)
+    lemons: LemonBook = field(default_factory=LemonBook)
 
     # --- get or create ----------------------------------------------------------------
     def gpu_health(self, node: str, index: int) -> GpuHealth:

@@ -16,6 +16,7 @@ from correlators.policy import (
     DEFAULT_POLICY,
     Checkpoints,
     Gate,
+    Lemons,
     Policy,
     RestartLimits,
     Thresholds,
@@ -316,3 +317,50 @@ def test_verification_fraction_hold_and_shortfall_are_the_policys(tmp_path: Path
     quick, _ = _decide("recovery_at_full_speed_resolves_once_it_holds")
     held, _ = _decide("recovery_at_full_speed_resolves_once_it_holds", _user(tmp_path, "timing:\n  verify_hold_s: 900\n"))
     assert (resolved_at(held) - resolved_at(quick)).total_seconds() >= 500
+
+
+# --- lemons: threshold, decay, jobs and weights are the policy's -----------------------------------
+def _lemon_fences(out: dict[str, Any]) -> list[tuple[str, str | None]]:
+    return [(c["type"], c["target"]["gpu"]) for c in out["commands"]
+            if c["params"].get("reason") == "lemon" and c["type"] in ("quarantine_gpu", "cordon_node")]
+
+
+def test_lemon_defaults_agree_with_the_shipped_file() -> None:
+    data = yaml.safe_load(DEFAULT_POLICY.read_text(encoding="utf-8"))
+    assert Lemons(**data["lemons"]) == Lemons()
+
+
+def test_lemon_threshold_is_the_policys(tmp_path: Path) -> None:
+    """Three crashes over six days score 2.6: fenced at the default 2.5, not at 3."""
+    plain, _ = _decide("lemon_gpu_three_jobs_in_a_week")
+    assert len(_lemon_fences(plain)) == 1
+    strict, _ = _decide("lemon_gpu_three_jobs_in_a_week", _user(tmp_path, "lemons:\n  threshold: 3.0\n"))
+    assert _lemon_fences(strict) == []
+    eager, _ = _decide("lemon_gpu_once_is_not_a_lemon", _user(tmp_path, "lemons:\n  node_threshold: 2.5\n"))
+    assert [t for t, _ in _lemon_fences(eager)] == ["cordon_node"]  # the node's three crashes, then
+
+
+def test_lemon_decay_is_the_policys(tmp_path: Path) -> None:
+    """With a one-day half-life the first two crashes have faded by the third: no lemon."""
+    fast, _ = _decide("lemon_gpu_three_jobs_in_a_week", _user(tmp_path, "lemons:\n  half_life_s: 86400\n"))
+    assert _lemon_fences(fast) == []
+    slow, _ = _decide("lemon_gpu_three_jobs_in_a_week",
+                      _user(tmp_path, "lemons:\n  half_life_s: 604800000\n  threshold: 2.999\n"))
+    assert len(_lemon_fences(slow)) == 1  # no decay: three crashes score 3
+
+
+def test_lemon_jobs_and_weights_are_the_policys(tmp_path: Path) -> None:
+    one_job, _ = _decide("lemon_one_jobs_own_bug_is_not_a_lemon", _user(tmp_path, "lemons:\n  min_jobs: 1\n"))
+    assert len(_lemon_fences(one_job)) == 1
+    unweighted, _ = _decide("lemon_gpu_three_jobs_in_a_week",
+                            _user(tmp_path, "lemons:\n  weights: {software_crash: 0}\n"))
+    assert _lemon_fences(unweighted) == []
+    off, _ = _decide("lemon_gpu_three_jobs_in_a_week", _user(tmp_path, "lemons:\n  enabled: false\n"))
+    assert _lemon_fences(off) == [] and "validate_gpu" not in _types(off)
+
+
+def test_lemon_weights_name_only_failures_not_blamed_on_hardware(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="gpu_off_bus.*cannot count"):
+        load_policy(_user(tmp_path, "lemons:\n  weights: {gpu_off_bus: 1}\n"))
+    with pytest.raises(ValidationError, match="half_life_s"):
+        load_policy(_user(tmp_path, "lemons:\n  half_life_s: 0\n"))
