@@ -52,8 +52,9 @@ def frame(line: bytes) -> bytes:
     return b"%08x " % zlib.crc32(line) + line
 
 
-def unframe(raw: bytes) -> bytes | None:
-    """The payload of a stored line, or None when it is torn or fails its checksum."""
+def unframe(raw: bytes, legacy_ok: bool = True) -> bytes | None:
+    """The payload of a stored line, or None when it is torn or fails its checksum (or is unframed where
+    ``legacy_ok`` is False: after a checksummed line, an unframed one can only be garbage)."""
     if not raw.endswith(b"\n"):
         return None
     if raw[_CRC_LEN:_CRC_LEN + 1] == b" ":
@@ -63,7 +64,7 @@ def unframe(raw: bytes) -> bytes | None:
         except ValueError:
             return None
         return payload if zlib.crc32(payload) == crc else None
-    if raw.startswith(b"{"):
+    if legacy_ok and raw.startswith(b"{"):
         return raw  # written before records carried a checksum
     return None
 
@@ -158,11 +159,12 @@ class Spool:
     def _repair_tail(self) -> int:
         """Cut the tail segment at its first torn or corrupt record; the number of bytes cut off."""
         path = self._path(self.tail)
-        keep = 0
+        keep, framed = 0, False
         with open(path, "rb") as fh:
             for raw in fh:
-                if unframe(raw) is None:
+                if unframe(raw, legacy_ok=not framed) is None:
                     break
+                framed = framed or not raw.startswith(b"{")
                 keep += len(raw)
         size = self._sizes[self.tail]
         if keep == size:
