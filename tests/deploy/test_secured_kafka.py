@@ -45,13 +45,13 @@ from sinks.executors.launch import ExecutorOptions, make_executor
 from sinks.executors.runner import ExecutorRunner
 from streams.decisions import Approval, CommandResult
 from streams.topics import topic_name
+from tests.harness.shared import needs_shared, scenario
 
-SCENARIOS = Path(__file__).resolve().parents[3] / "shared" / "scenarios"
-SCENARIO = SCENARIOS / "xid79_multi_node.jsonl"  # one incident, three commands (one waits for approval)
+SCENARIO = scenario("xid79_multi_node")  # one incident, three commands (one waits for approval)
 DEADLINE_S = 120.0
 
 pytestmark = [pytest.mark.broker,
-              pytest.mark.skipif(not SCENARIO.is_file(), reason="shared scenarios not present")]
+              needs_shared(SCENARIO)]
 
 
 @dataclass

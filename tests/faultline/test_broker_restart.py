@@ -49,13 +49,14 @@ from sinks.executors.runner import ExecutorRunner
 from streams.decisions import Command, CommandResult, DeadLetter, Incident
 from streams.events import Event
 from streams.topics import topic_name
+from tests.harness.shared import needs_shared, scenario
 
-SCENARIO = Path(__file__).resolve().parents[3] / "shared" / "scenarios" / "xid79_multi_node.jsonl"
+SCENARIO = scenario("xid79_multi_node")
 DEADLINE_S = 240.0  # generous: JVM starts on a shared two-core machine; nothing asserts on time
 PAUSE_S = 8.0  # how long the broker stays away the second time
 
 pytestmark = [pytest.mark.broker,
-              pytest.mark.skipif(not SCENARIO.is_file(), reason="shared scenarios not present")]
+              needs_shared(SCENARIO)]
 
 
 @pytest.fixture
