@@ -82,6 +82,16 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             yield bootstrap
 
 
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A replicated cluster of three local KRaft nodes (:class:`deploy.local.cluster.LocalKafkaCluster`) that
+    tests may kill brokers of; each test leaves every node running and in sync again."""
+    from deploy.local.cluster import LocalKafkaCluster
+
+    with LocalKafkaCluster(tmp_path_factory.mktemp("cluster"), size=3) as cluster:
+        yield cluster
+
+
 # --------------------------------------------------------------------------- naming
 
 
