@@ -146,8 +146,8 @@ class ReadBack:
         parts = []
         for topic in self.topics:
             tm = meta.get(topic)
-            if tm is None:
-                continue
+            if tm is None:  # a broker lists only the topics a user may see
+                raise _GiveUp(f"cannot see {topic} (not allowed to read it, or it does not exist)")
             if tm.error is not None:
                 if tm.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
                     raise _GiveUp("not allowed to read the topics back")
