@@ -40,6 +40,7 @@ from common.settings import Settings
 from deploy.local.cluster import LocalKafkaCluster
 from faultline.outcome import collate, decide_offline
 from faultline.pipeline import CorrelatorWorker, wait_for_end
+from producers.capture import parse_capture_line
 from sinks.executors.launch import ExecutorOptions, make_executor
 from sinks.executors.runner import ExecutorRunner
 from streams.decisions import Command, CommandResult, Incident
@@ -81,10 +82,20 @@ class Fault:
         time.sleep(self.hold_s)
         # One broker of three is gone: the stream must go on -- the topic it led is written to again (the agent
         # keeps publishing; decisions keep coming), and the worker commits its progress.
-        wait(f"{self.topic} written to while broker {self.broker}, its leader, is dead",
-             lambda: _end(conf, self.topic) > written, PROGRESS_S, 0.5)
-        wait(f"the worker commits progress while broker {self.broker} ({self.what} leader) is dead",
-             lambda: committed_offset(conf, group, events) > max(before, 0), PROGRESS_S, 0.5)
+        def state() -> str:
+            ends = {s: _end(conf, topic_name(ns, s)) for s in ("events", "incidents", "commands")}
+            return (f"; at the kill: {self.topic} ended at {written}, the worker had committed {before}; now the "
+                    f"worker has committed {committed_offset(conf, group, events)}, {self.topic} ends at "
+                    f"{_end(conf, self.topic)}, topics end at {ends}; the agent handed {len(agent.event_ids)} "
+                    f"events (held at line {agent.held_at or '-'})")
+
+        try:
+            wait(f"{self.topic} written to while broker {self.broker}, its leader, is dead",
+                 lambda: _end(conf, self.topic) > written, PROGRESS_S, 0.5)
+            wait(f"the worker commits progress while broker {self.broker} ({self.what} leader) is dead",
+                 lambda: committed_offset(conf, group, events) > max(before, 0), PROGRESS_S, 0.5)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{state()}") from None
         self.progress = (before, committed_offset(conf, group, events))
         self.written = (written, _end(conf, self.topic))
         cluster.revive(self.broker)
@@ -94,6 +105,41 @@ class Fault:
         return (f"{self.what} leader (broker {self.broker}) killed at event {self.at_event}, back after "
                 f"{self.down_s:.1f}s; meanwhile its topic grew {self.written[0]} -> {self.written[1]}, the worker "
                 f"committed {max(self.progress[0], 0)} -> {self.progress[1]}")
+
+
+def _faults(rng: random.Random, lines: list[bytes], ns: str) -> list[Fault]:
+    """The three faults at seeded lines, each far enough before the next that something is written meanwhile to
+    the topic whose leader it kills: the agent always writes events; the worker writes its changelog after a
+    decision and the commands topic with a command, so a decision (with a command) falls between."""
+    due = _decisions_by_line(lines)  # line -> (decisions, of them commands) made once that line is judged
+    n, margin = len(lines), 40  # lines past the decision the worker should have judged before the next kill
+    plan = [("events", topic_name(ns, "events"), (15, 30), lambda d, c: True),
+            ("changelog", f"{correlator_app_id(ns)}-emitted-changelog", (35, 50), lambda d, c: d > 0),
+            ("commands", topic_name(ns, "commands"), (55, 75), lambda d, c: c > 0)]
+    faults: list[Fault] = []
+    earliest = 1
+    for what, topic, (lo, hi), writes in plan:
+        line = max(earliest, rng.randint(n * lo // 100, n * hi // 100))
+        faults.append(Fault(what, topic, line, rng.uniform(1, 3)))
+        after = next(k for k in range(line + 1, n + 1) if writes(*due.get(k, (0, 0))))
+        earliest = after + margin
+    return faults
+
+
+def _decisions_by_line(lines: list[bytes]) -> dict[int, tuple[int, int]]:
+    """For each capture line after which the uninterrupted run decides: (decisions, commands among them)."""
+    per_event: list[tuple[int, int]] = []
+    decide_offline(lines, on_decisions=lambda ds: per_event.append((len(ds), sum(isinstance(d, Command) for d in ds))))
+    out: dict[int, tuple[int, int]] = {}
+    judged = 0
+    for n, raw in enumerate(lines, 1):
+        for _ in parse_capture_line(raw):
+            d, c = per_event[judged]
+            judged += 1
+            if d:
+                prev = out.get(n, (0, 0))
+                out[n] = (prev[0] + d, prev[1] + c)
+    return out
 
 
 def _end(conf: dict[str, Any], topic: str) -> int:
@@ -126,12 +172,7 @@ def test_killing_partition_leaders_of_a_replicated_cluster_loses_and_doubles_not
     create_namespace_topics(conf, ns, partitions=1)
     lines = spread_capture()
     want = decide_offline(lines)
-    n = len(lines)
-    changelog = f"{correlator_app_id(ns)}-emitted-changelog"
-    faults = [Fault("events", topic_name(ns, "events"), rng.randint(n * 15 // 100, n * 30 // 100), rng.uniform(1, 3)),
-              Fault("changelog", changelog, rng.randint(n * 35 // 100, n * 50 // 100), rng.uniform(1, 3)),
-              Fault("commands", topic_name(ns, "commands"), rng.randint(n * 55 // 100, n * 75 // 100),
-                    rng.uniform(1, 3))]
+    faults = _faults(rng, lines, ns)
     ctx = f"[seed={seed}] "
 
     backend = Recorder()

@@ -50,11 +50,15 @@ class Agent:
         self._go.set()
 
     def _wait_if_held(self, n: int) -> None:
+        """Held, it reads nothing new, but keeps pumping what is spooled, as a live agent does."""
         if self._hold_at is not None and n >= self._hold_at:
             self._go.clear()
             self.held_at = n
-            if not self._go.wait(self.deadline_s):
-                raise TimeoutError(f"held at line {n} for {self.deadline_s:.0f}s")
+            deadline = time.monotonic() + self.deadline_s
+            while not self._go.wait(0.1):
+                self.pub.pump()
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"held at line {n} for {self.deadline_s:.0f}s")
 
     def _run(self) -> None:
         try:

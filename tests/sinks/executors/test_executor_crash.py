@@ -77,7 +77,7 @@ def _results(conf: dict[str, str], ns: str) -> list[bytes]:
 
 
 @pytest.mark.parametrize("point", [p for p in POINTS if p != "none"])
-@pytest.mark.parametrize("seed", seed_params(default=(11,)))
+@pytest.mark.parametrize("seed", seed_params(default=(11,), soak=tuple(range(1000, 1010))))
 def test_executor_killed_around_acting_never_carries_a_command_out_twice(
         slurm: SlurmCluster, kafka_bootstrap: str, unique_name: str, tmp_path: Path, seed: int, point: str) -> None:
     rng = random.Random(f"{seed}-{point}")
