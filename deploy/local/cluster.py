@@ -54,7 +54,7 @@ _POLL_S = 0.25
 class LocalKafkaCluster:
     """``size`` KRaft nodes on loopback sharing one quorum and one cluster id (see the module docstring)."""
 
-    def __init__(self, data_dir: Path, size: int = 3, heap: str = "256m") -> None:
+    def __init__(self, data_dir: Path, size: int = 3, heap: str = "384m") -> None:
         if size < 1:
             raise ValueError("a cluster needs at least one node")
         self.data_dir = Path(data_dir).resolve()

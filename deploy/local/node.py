@@ -246,6 +246,9 @@ class LocalKafka:
             "share.coordinator.state.topic.replication.factor": rf,
             "share.coordinator.state.topic.min.isr": isr,
             "group.initial.rebalance.delay.ms": "0",
+            # The log cleaner allocates its dedupe buffer (128 MB by default) at start: on a small heap, a broker
+            # restarted with many compacted topics (the correlator's changelogs and snapshots) dies of it.
+            "log.cleaner.dedupe.buffer.size": str(32 << 20),
             **self.overrides,
         }
         if self.auth is not None:
