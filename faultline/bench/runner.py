@@ -45,7 +45,7 @@ class Sizes:
         self.fleet_nodes = 4 if quick else 32
         self.fleet_seconds = 120 if quick else 600
         self.detect_samples = 5 if quick else 40
-        # telemetry of a ~2,000-GPU cell after publish-on-change (deploy/topics.py: 10,000 GPUs ~ 2,700/s)
+        # telemetry of a ~2,000-GPU cell after publish-on-change (deploy/topics/: 10,000 GPUs ~ 2,700/s)
         self.background_eps = 200 if quick else 530
         self.replay_nodes = 2 if quick else 8
         self.goodput_runs = 3 if quick else 20

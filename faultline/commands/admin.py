@@ -113,7 +113,7 @@ def _broker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _topics(args: argparse.Namespace, settings: Settings) -> int:
-    """``faultline topics plan|apply``: the plan of deploy/topics.py; apply is idempotent (only grows)."""
+    """``faultline topics plan|apply``: the plan of deploy/topics/; apply is idempotent (only grows)."""
     from deploy.topics import Assumptions, apply_plan, make_plan, render_actions, render_plan
 
     plan = make_plan(settings.namespace, Assumptions(gpus=args.gpus))

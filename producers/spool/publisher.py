@@ -1,0 +1,363 @@
+"""The spooling publisher: records go to the disk spool first, then from its head to Kafka.
+
+:class:`SpoolingPublisher` writes every record (an event, or a dead letter) to the end of a
+:class:`~producers.spool.disk.Spool` -- on disk when :meth:`~SpoolingPublisher.publish`
+returns -- then hands records from the spool's head to an idempotent confluent-kafka producer
+(``acks=all``), at most ``max_inflight`` at a time, and moves the spool's committed cursor
+forward only over records whose delivery report said "delivered". So:
+
+- **broker unreachable**: the few records already handed wait inside the producer (it retries
+  them, idempotently, for ``message_timeout_s``); every later record waits on disk, in order,
+  and goes out when the broker is back;
+- **a delivery fails** (its timeout ran out, the producer hit a fatal error): the record stays
+  in the spool and is handed again, oldest first, after a back-off; nothing behind the cursor
+  is lost;
+- **the publisher process dies** (kill -9, a power cut): the next one finds every record it was
+  given on disk (:mod:`producers.spool.disk`), first reads back which of the records after the
+  cursor its predecessor had delivered without recording it (:mod:`producers.spool.readback`),
+  and sends only the others;
+- **the spool is full** (``max_bytes``): its oldest segment is evicted; the records lost that
+  way are counted in ``dropped`` -- only then is anything dropped.
+
+A record is handed to the producer again only after its delivery failed, never while it may
+still be delivered; and the producer is idempotent, so a broker restart or a leader change does
+not duplicate records. (The remaining gap is the one every Kafka producer has: a record written
+by the broker whose acknowledgement was lost *and* whose timeout ran out is sent twice. Event
+ids are deterministic, so downstream can tell.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from producers import metrics
+from producers.delivery import event_key
+from producers.spool.disk import Spool, SpoolEntry
+from producers.spool.kafka_log import KAFKA_LOG
+from producers.spool.readback import ReadBack, record_digest
+from streams.cells import DEFAULT_CELL
+from streams.decisions import DeadLetter
+from streams.events import Event
+from streams.topics import topic_name
+
+__all__ = ["SpoolingPublisher"]
+
+log = logging.getLogger("faultline.producer.spool")
+
+_DEAD_LETTER_SOURCE = "deadletter"
+# Errors a record cannot recover from by being sent again.
+_PERMANENT = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG_SIZE, KafkaError.INVALID_MSG})
+
+
+@dataclass(eq=False)
+class _Handed:
+    """A record handed to the producer, until its delivery is known."""
+
+    entry: SpoolEntry
+    topic: str
+    key: bytes
+    value: bytes
+    source: str
+    first_handed_ms: int = 0
+    state: str = "inflight"  # inflight | acked | failed
+    evicted: bool = False
+
+
+def _record_line(topic: str, key: bytes, value: bytes, source: str) -> bytes:
+    record = {"topic": topic, "key": key.decode(), "source": source, "value": value.decode()}
+    return json.dumps(record, separators=(",", ":")).encode() + b"\n"
+
+
+def _source_of(line: bytes) -> str:
+    try:
+        return str(json.loads(line)["source"])
+    except (ValueError, KeyError, TypeError):
+        return "unknown"
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class SpoolingPublisher:
+    """Publishes events and dead letters through a :class:`Spool` (see the module docstring).
+
+    Call :meth:`pump` regularly (the agent does, about twice a second): it collects delivery
+    reports, hands waiting records to the producer and retries failed ones. ``clock``
+    (monotonic seconds) paces the retries. ``readback_max_records`` bounds the read-back after
+    a crash (:class:`~producers.spool.readback.ReadBack`).
+    """
+
+    def __init__(
+        self,
+        kafka_conf: dict[str, Any],
+        namespace: str,
+        spool_dir: Path,
+        max_bytes: int = 256 << 20,
+        segment_bytes: int = 4 << 20,
+        max_inflight: int = 1000,
+        message_timeout_s: float = 300.0,
+        retry_backoff_s: tuple[float, float] = (1.0, 30.0),
+        clock: Callable[[], float] = time.monotonic,
+        cell: str = DEFAULT_CELL,
+        readback_max_records: int = 500_000,
+    ) -> None:
+        self._conf = {
+            **kafka_conf,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "compression.type": "lz4",
+            "message.max.bytes": 1_048_576,
+            "message.timeout.ms": int(message_timeout_s * 1000),
+            "reconnect.backoff.max.ms": 2000,
+            "error_cb": self._on_error,
+            "logger": KAFKA_LOG,
+        }
+        self._producer = Producer(self._conf)
+        self._events_topic = topic_name(namespace, "events")
+        self._dead_topic = topic_name(namespace, "deadletters")
+        self._event_key = event_key(cell)
+        self.spool = Spool(spool_dir, max_bytes, segment_bytes)
+        self.max_inflight = max_inflight
+        self._backoff_min, self._backoff_max = retry_backoff_s
+        self._backoff = self._backoff_min
+        self._retry_at = 0.0
+        self._clock = clock
+        self._window: deque[_Handed] = deque()  # in spool order
+        self._retry: list[_Handed] = []
+        self._inflight = 0
+        self._fatal = False
+        self._broker_down = False
+        self.sent = self.spooled = self.dropped = self.already_delivered = 0
+        # Until the cursor passes the records spooled before this start, a copy of one of them from an
+        # earlier process may be in Kafka from as early as the recorded time: the cursor keeps saying so.
+        self._floor: tuple[int, tuple[int, int]] | None = None
+        if self.spool.handed_since is not None:
+            self._floor = (self.spool.handed_since, (self.spool.tail, self.spool.size_of(self.spool.tail)))
+        self.readback = self._start_readback(kafka_conf, readback_max_records)
+
+    def _start_readback(self, kafka_conf: dict[str, Any], max_records: int) -> ReadBack | None:
+        """The read-back of what a previous process delivered, when records after the cursor may be in Kafka."""
+        if self.spool.unread == 0 or (self.spool.handed_since_known and self.spool.handed_since is None):
+            return None  # nothing spooled, or nothing of it handed on yet: nothing can be in Kafka twice
+        if not self.spool.handed_since_known:
+            log.warning("spool: %d records after the cursor and no record of when they were first handed on "
+                        "(a spool from an earlier version): sending them all; consumers drop repeated ids",
+                        self.spool.unread)
+            return None
+        assert self.spool.handed_since is not None
+        readback = ReadBack(kafka_conf, {self._events_topic: frozenset({self._event_key}), self._dead_topic: None},
+                            self.spool.handed_since, max_records)
+        readback.start()
+        log.info("spool: %d records after the cursor; reading back what was delivered since %s before "
+                 "sending them", self.spool.unread, time.strftime("%H:%M:%S", time.gmtime(readback.since_ms / 1000)))
+        return readback
+
+    # --- input ---------------------------------------------------------------------
+
+    def publish(self, events: Iterable[Event]) -> None:
+        """Spool ``events`` (keyed by the publisher's cell); on disk when this returns."""
+        lines = [
+            _record_line(self._events_topic, self._event_key, e.model_dump_json().encode(), e.source)
+            for e in events
+        ]
+        self._append(lines)
+
+    def dead_letter(self, dl: DeadLetter) -> None:
+        """Spool a dead letter (keyed by stage) like an event."""
+        self._append([_record_line(self._dead_topic, dl.stage.encode(), dl.model_dump_json().encode(),
+                                   _DEAD_LETTER_SOURCE)])
+
+    def _append(self, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        self.spool.append(lines)
+        self._evict_past_bound()
+        self.pump()
+        waiting = min(len(lines), self.spool.unread)  # the newest records wait behind older ones
+        for line in lines[len(lines) - waiting :]:
+            metrics.SPOOLED.labels(_source_of(line)).inc()
+        self.spooled += waiting
+
+    # --- delivery ------------------------------------------------------------------
+
+    def pump(self) -> None:
+        """Collect delivery reports, then hand retries (after the back-off) and new records."""
+        self._producer.poll(0)
+        if self._fatal:
+            self._replace_producer()
+        if self._retry and self._clock() >= self._retry_at:
+            self._resend()
+        if not self._retry and (self.readback is None or self.readback.done.is_set()):
+            self._hand_new()
+        self._commit()
+        metrics.SPOOL_BACKLOG.set(self.spool.size_bytes())
+
+    def _hand_new(self) -> None:
+        room = self.max_inflight - self._inflight
+        for entry in self.spool.read(room) if room > 0 else []:
+            try:
+                if not entry.ok:
+                    raise ValueError("checksum")
+                record = json.loads(entry.line)
+                handed = _Handed(entry, record["topic"], record["key"].encode(), record["value"].encode(),
+                                 record["source"])
+            except (ValueError, KeyError, TypeError, AttributeError):
+                log.error("spool: dropping an unreadable record in segment %d", entry.segment)
+                self._window.append(_Handed(entry, "", b"", b"", "unknown", state="acked"))
+                self._drop("unknown")
+                continue
+            self._window.append(handed)
+            if self._delivered_before(handed):
+                continue
+            handed.first_handed_ms = _wall_ms()
+            self.spool.mark_handed(handed.first_handed_ms)
+            if not self._produce(handed):
+                break
+
+    def _delivered_before(self, handed: _Handed) -> bool:
+        """Whether the read-back found this record in Kafka already (a predecessor delivered it)."""
+        if self.readback is None or not self.readback.found:
+            return False
+        if record_digest(handed.topic, handed.key, handed.value) not in self.readback.found:
+            return False
+        handed.state = "acked"
+        self.already_delivered += 1
+        metrics.ALREADY_DELIVERED.labels(handed.source).inc()
+        return True
+
+    def _resend(self) -> None:
+        self._retry.sort(key=lambda h: (h.entry.segment, h.entry.end))
+        while self._retry and self._inflight < self.max_inflight:
+            handed = self._retry.pop(0)
+            handed.state = "inflight"
+            if not self._produce(handed):
+                break
+
+    def _produce(self, handed: _Handed) -> bool:
+        """Hand one record to the producer; False (record queued for retry) if its queue is full."""
+        def report(err: KafkaError | None, msg: Message) -> None:
+            self._on_delivery(handed, err, msg)
+
+        try:
+            self._producer.produce(handed.topic, value=handed.value, key=handed.key, on_delivery=report)
+        except BufferError:
+            handed.state = "failed"
+            self._retry.append(handed)
+            return False
+        self._inflight += 1
+        return True
+
+    def _on_delivery(self, handed: _Handed, err: KafkaError | None, _msg: Message) -> None:
+        self._inflight -= 1
+        if err is None:
+            handed.state = "acked"
+            self.sent += 1
+            metrics.SENT.labels(handed.source).inc()
+            self._backoff = self._backoff_min
+            if self._broker_down:
+                log.info("Kafka answers again; sending the spool")
+                self._broker_down = False
+        elif handed.evicted or err.code() in _PERMANENT:
+            if not handed.evicted:
+                log.error("Kafka rejected a %s record for good: %s", handed.source, err)
+            handed.state = "acked"  # done with it: let the cursor pass
+            self._drop(handed.source)
+        else:
+            handed.state = "failed"
+            self._retry.append(handed)
+            self._retry_at = self._clock() + self._backoff
+            self._backoff = min(self._backoff * 2, self._backoff_max)
+            self._fatal = self._fatal or err.fatal()
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            log.error("Kafka producer fatal error: %s; starting a new producer", err)
+            self._fatal = True
+        elif err.code() == KafkaError._ALL_BROKERS_DOWN and not self._broker_down:
+            log.warning("Kafka unreachable (%s); spooling to %s", err, self.spool.directory)
+            self._broker_down = True
+
+    def _replace_producer(self) -> None:
+        """After a fatal error the producer is dead: fail what it holds and start a fresh one."""
+        self._producer.purge()
+        self._producer.poll(0)
+        self._producer = Producer(self._conf)
+        self._fatal = False
+
+    def _commit(self) -> None:
+        """Move the spool's cursor over the acknowledged head of the window (saved now and then)."""
+        last: _Handed | None = None
+        while self._window and self._window[0].state == "acked":
+            last = self._window.popleft()
+        if last is not None and not last.evicted:
+            self.spool.commit(last.entry.segment, last.entry.end, self._handed_since())
+        self.spool.save()
+
+    def _handed_since(self) -> int | None:
+        """When the oldest copy in Kafka of a record after the cursor may have been produced (None: none can be)."""
+        since = min((h.first_handed_ms for h in self._window if h.first_handed_ms), default=None)
+        if self._floor is not None:
+            if self.spool.cursor < self._floor[1]:
+                return self._floor[0] if since is None else min(since, self._floor[0])
+            self._floor = None
+            if self.readback is not None:
+                self.readback.found.clear()  # every record it could match is behind the cursor now
+        return since
+
+    # --- bound ---------------------------------------------------------------------
+
+    def _evict_past_bound(self) -> None:
+        while (evicted := self.spool.evict_oldest()) is not None:
+            segment, unread = evicted
+            for line in unread:
+                self._drop(_source_of(line))
+            for handed in self._window:
+                if handed.entry.segment == segment:
+                    handed.evicted = True
+            for handed in [h for h in self._retry if h.evicted]:
+                self._retry.remove(handed)
+                handed.state = "acked"
+                self._drop(handed.source)
+            log.warning("spool over %d bytes: dropped segment %d (%d records never sent)",
+                        self.spool.max_bytes, segment, len(unread))
+
+    def _drop(self, source: str) -> None:
+        self.dropped += 1
+        metrics.DROPPED.labels(source).inc()
+
+    # --- end -----------------------------------------------------------------------
+
+    def backlog(self) -> int:
+        """Records not yet acknowledged (waiting on disk, in flight or awaiting a retry)."""
+        return self.spool.unread + len([h for h in self._window if h.state != "acked"])
+
+    def flush(self, timeout_s: float) -> bool:
+        """Pump until nothing is waiting or ``timeout_s`` passed; True if everything was delivered."""
+        deadline = self._clock() + timeout_s
+        while self.backlog() and self._clock() < deadline:
+            self.pump()
+            self._producer.poll(min(0.2, max(deadline - self._clock(), 0)))
+        self.pump()
+        return self.backlog() == 0
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Deliver what can be within ``timeout_s`` (a second when the broker is known to be away);
+        the rest stays spooled for the next start."""
+        self.flush(min(timeout_s, 1.0) if self._broker_down else timeout_s)
+        self._producer.purge()
+        self._producer.poll(0)
+        self._commit()
+        if self.readback is not None:
+            self.readback.close()
+        self.spool.close()
