@@ -32,7 +32,7 @@ def status_data(archive: Archive) -> dict[str, Any]:
     fenced = archive.query(
         "SELECT node, gpu, argMax(state, ts) AS state, argMax(reason, ts) AS reason, "
         "argMax(incident, ts) AS incident, max(ts) AS since FROM gpu_ledger GROUP BY node, gpu "
-        "HAVING state = 'quarantined' ORDER BY since")
+        "HAVING state IN ('quarantined', 'validating') ORDER BY since")  # out of service until released
     cordoned = archive.query(
         "SELECT target_node AS node, any(incident) AS incident, min(issued_at) AS since, any(reason) AS reason "
         "FROM (SELECT node AS target_node, incident, issued_at, reason FROM commands FINAL "

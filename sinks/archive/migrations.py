@@ -157,6 +157,22 @@ _LATEST = [
     """,
 ]
 
+def _gpu_ledger_mv(validating: str) -> str:
+    """The view that fills ``gpu_ledger`` from GPU commands; ``validating``: the state a ``validate_gpu`` marks."""
+    return f"""
+    CREATE MATERIALIZED VIEW IF NOT EXISTS gpu_ledger_mv TO gpu_ledger AS
+    SELECT issued_at AS ts,
+           ifNull(node, '') AS node,
+           ifNull(gpu, '') AS gpu,
+           multiIf(type = 'quarantine_gpu', 'quarantined', type = 'validate_gpu', '{validating}', 'released') AS state,
+           reason,
+           id AS command,
+           incident
+    FROM commands
+    WHERE type IN ('quarantine_gpu', 'validate_gpu', 'release_gpu')
+    """
+
+
 # Derived tables, filled by materialized views as the source rows are inserted.
 _DERIVED = [
     f"""
@@ -201,18 +217,20 @@ _DERIVED = [
     ORDER BY (node, gpu, ts, state)
     {_SETTINGS}
     """,
-    """
-    CREATE MATERIALIZED VIEW IF NOT EXISTS gpu_ledger_mv TO gpu_ledger AS
-    SELECT issued_at AS ts,
-           ifNull(node, '') AS node,
-           ifNull(gpu, '') AS gpu,
-           multiIf(type = 'quarantine_gpu', 'quarantined', type = 'validate_gpu', 'validated', 'released') AS state,
-           reason,
-           id AS command,
-           incident
-    FROM commands
-    WHERE type IN ('quarantine_gpu', 'validate_gpu', 'release_gpu')
-    """,
+    _gpu_ledger_mv("validated"),
+]
+
+
+
+# A validate_gpu command asks for the GPU's diagnostics to be run: it is being validated, not
+# validated (migration 3 said so, and a ledger reader took the GPU for proven). The state is part
+# of the sort key, so earlier rows are copied under the new state and the old ones deleted.
+_VALIDATING = [
+    "DROP VIEW IF EXISTS gpu_ledger_mv",
+    "INSERT INTO gpu_ledger SELECT ts, node, gpu, 'validating', reason, command, incident "
+    "FROM gpu_ledger WHERE state = 'validated'",
+    "ALTER TABLE gpu_ledger DELETE WHERE state = 'validated' SETTINGS mutations_sync = 1",
+    _gpu_ledger_mv("validating"),
 ]
 
 # One row per thing that happened to an incident. Signals are the job's events,
@@ -633,6 +651,7 @@ MIGRATIONS: list[Migration] = [
     Migration(4, "incident_timeline view", _TIMELINE),
     Migration(5, "operator questions: fact views and report_* answer views", _FACTS + _ANSWERS),
     Migration(6, "lemons: lemon_implications and lemon_fences views", _LEMONS),
+    Migration(7, "gpu_ledger: a validate_gpu command marks the GPU validating, not validated", _VALIDATING),
 ]
 
 _BOOKKEEPING = """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from sinks.archive import MIGRATIONS, Archive, migrate
-from sinks.archive.migrations import TABLES, applied_versions, set_raw_ttl
+from sinks.archive.migrations import _VALIDATING, TABLES, applied_versions, set_raw_ttl
 
 VIEWS = ("incidents_latest", "incident_timeline", "checkpoints_mv", "gpu_ledger_mv", "lemon_implications", "lemon_fences")
 
@@ -45,7 +45,7 @@ def test_migrate_twice_is_a_no_op(archive: Archive) -> None:
 def test_missing_versions_are_applied(archive: Archive) -> None:
     client = archive.client
     last = MIGRATIONS[-1]
-    created = re.search(r"CREATE (?:VIEW|TABLE) IF NOT EXISTS (\w+)", last.statements[-1])
+    created = re.search(r"CREATE (?:MATERIALIZED VIEW|VIEW|TABLE) IF NOT EXISTS (\w+)", last.statements[-1])
     assert created, "the last migration should create something"
     name = created.group(1)
     client.command(f"DROP TABLE {name}")
@@ -59,3 +59,19 @@ def test_raw_telemetry_ttl_is_configurable(archive_url: str) -> None:
         engine = archive.query("SELECT engine_full FROM system.tables WHERE name = 'events'")[0]["engine_full"]
         assert "toIntervalDay(7)" in engine and "gpu_sample" in engine and "agent_heartbeat" in engine
         assert set_raw_ttl(archive.client, 7) is False
+
+
+def test_an_archive_that_said_validated_is_moved_to_validating(archive: Archive) -> None:
+    """An archive made before migration 7 marked a GPU under diagnostics 'validated'; migrating says 'validating'."""
+    client = archive.client
+    for statement in _VALIDATING:  # undo 7: the old view, and a row as it wrote it
+        if statement.startswith("CREATE"):
+            client.command(statement.replace("'validating'", "'validated'"))
+        elif statement.startswith("DROP"):
+            client.command(statement)
+    client.command("INSERT INTO gpu_ledger VALUES ('2026-04-22 01:00:00', 'n1', 'GPU-3', 'validated', 'XID 79', "
+                   "'cmd-validate', 'inc-1')")
+    client.command("DELETE FROM schema_migrations WHERE version = 7")
+    assert migrate(client) == [7]
+    rows = archive.query("SELECT state, command FROM gpu_ledger FINAL")
+    assert [(r["state"], r["command"]) for r in rows] == [("validating", "cmd-validate")]

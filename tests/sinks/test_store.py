@@ -111,7 +111,7 @@ def test_gpu_ledger_is_filled_from_gpu_commands(archive: Archive, sample: Sample
     rows = archive.query("SELECT * FROM gpu_ledger FINAL ORDER BY ts")
     assert [(r["node"], r["gpu"], r["state"], r["command"], r["incident"], r["ts"]) for r in rows] == [
         ("n1", "GPU-3", "quarantined", "cmd-quarantine", "inc-1", at(34)),
-        ("n1", "GPU-3", "validated", "cmd-validate", "inc-1", at(60)),
+        ("n1", "GPU-3", "validating", "cmd-validate", "inc-1", at(60)),
         ("n1", "GPU-3", "released", "cmd-release", "inc-1", at(70)),
     ]
     assert rows[0]["reason"] == "XID 79"
@@ -161,3 +161,4 @@ def test_count_binds_the_table_as_an_identifier(archive: Archive) -> None:
     with pytest.raises(DatabaseError, match="Unknown table"):
         archive.count("events; DROP TABLE events")
     assert archive.count("events") == 0
+
