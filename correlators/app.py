@@ -59,11 +59,12 @@ import sys
 from typing import Any
 
 import faust
-from faust.types import TP, Message
+from faust.types import TP
 
 from common.kafka_admin import ensure_topic, grow_topic, topic_partitions
 from common.settings import Settings
 from correlators.broker_auth import faust_credentials
+from correlators.consumer_acks import ConsumerAcks
 from correlators.worker.assembly import Worker
 from streams.topics import correlator_app_id, topic_name
 
@@ -124,14 +125,12 @@ def make_app(settings: Settings) -> faust.App:
     async def send(suffix: str, key: bytes, value: bytes) -> Any:
         return await out[suffix].send(key=key, value=value)
 
-    def ack(part: int, offset: int) -> None:
-        app.consumer.ack(Message(events_topic, part, offset, 0.0, 0, None, None, None, None))
-
     async def seek(part: int, offset: int) -> None:
         await app.consumer.seek_wait({TP(events_topic, part): offset})
 
     worker = Worker(settings, conf, app_id=app.conf.id, events_topic=events_topic, partitions=partitions,
-                    send=send, emitted=emitted, ack=ack, seek=seek, ready=lambda: not app.rebalancing,
+                    send=send, emitted=emitted,
+                    ack=ConsumerAcks(lambda: app.consumer, events_topic), seek=seek, ready=lambda: not app.rebalancing,
                     position=lambda part: app.consumer.position(TP(events_topic, part)))
 
     async def follow_assignment(_app: faust.App, assigned: set[TP], **_: Any) -> None:
