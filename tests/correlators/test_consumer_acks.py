@@ -12,91 +12,61 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
-import faust
 import pytest
-from faust.types import TP, Message
 
 from correlators.consumer_acks import ConsumerAcks
-
-TOPIC = "ns.events"
-TP0 = TP(TOPIC, 0)
+from tests.correlators.faust_books import (
+    TOPIC,
+    TP0,
+    agent_finished,
+    commit_rounds,
+    taken_over_at,
+    unstarted_consumer,
+)
 
 
 @pytest.fixture
 def consumer() -> Iterator[Any]:
-    """An unstarted Faust consumer (it never connects) that counts acknowledgements for TOPIC."""
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
-        app = faust.App("consumer-acks-test", broker="kafka://127.0.0.1:1", store="memory://", web_enabled=False)
-        app.topics._acking_topics.add(TOPIC)  # what subscribing an agent to the topic does
-        yield app.consumer
-    finally:
-        asyncio.set_event_loop(None)
-        loop.close()
-
-
-def _taken_over_at(consumer: Any, committed: int, first_handed: int) -> None:
-    """The consumer sought to ``committed`` (assignment), then received ``first_handed`` as its next record."""
-    consumer._committed_offset[TP0] = committed
-    consumer._read_offset[TP0] = committed
-    asyncio.get_event_loop().run_until_complete(consumer._add_gap(TP0, committed + 1, first_handed))
-
-
-def _agent_finished(consumer: Any, offset: int) -> None:
-    consumer.ack(Message(TOPIC, 0, offset, 0.0, 0, None, None, None, None))
-
-
-def _commits(consumer: Any, rounds: int) -> list[int | None]:
-    """What each of ``rounds`` commit rounds commits (None: nothing)."""
-    out: list[int | None] = []
-    for _ in range(rounds):
-        offset = consumer._new_offset(TP0)
-        if offset is not None and consumer._should_commit(TP0, offset):
-            consumer._committed_offset[TP0] = offset
-            out.append(offset)
-        else:
-            out.append(None)
-    return out
+    yield from unstarted_consumer()
 
 
 def test_offsets_faust_filled_itself_acknowledged_again_make_commits_crawl(consumer: Any) -> None:
     # The installed Faust's behaviour this module works around: if it ever stops, this fails.
-    _taken_over_at(consumer, 982, 1175)
+    taken_over_at(consumer, 982, 1175)
     for offset in range(982, 1175):  # every skipped offset acknowledged, as the takeover used to
-        _agent_finished(consumer, offset)
-    _agent_finished(consumer, 1175)
-    assert _commits(consumer, 4) == [984, 985, 986, 987]  # one offset per round: 2.8 s each
+        agent_finished(consumer, offset)
+    agent_finished(consumer, 1175)
+    assert commit_rounds(consumer, 4) == [984, 985, 986, 987]  # one offset per round: 2.8 s each
 
 
 def test_a_takeover_after_a_lost_fetch_lets_the_next_commit_reach_what_was_judged(consumer: Any) -> None:
-    _taken_over_at(consumer, 982, 1175)
+    taken_over_at(consumer, 982, 1175)
     acks = ConsumerAcks(lambda: consumer, TOPIC)
     assert acks(0, range(982, 1175)) == 1  # 982 only: Faust fills 983-1175 itself
-    _agent_finished(consumer, 1175)
-    assert _commits(consumer, 1) == [1176]
+    agent_finished(consumer, 1175)
+    assert commit_rounds(consumer, 1) == [1176]
 
 
 def test_a_second_lost_fetch_later_in_the_partition_commits_as_far(consumer: Any) -> None:
-    _taken_over_at(consumer, 982, 1175)
+    taken_over_at(consumer, 982, 1175)
     acks = ConsumerAcks(lambda: consumer, TOPIC)
     acks(0, range(982, 1175))
-    _agent_finished(consumer, 1175)
+    agent_finished(consumer, 1175)
     consumer._read_offset[TP0] = 1175
     asyncio.get_event_loop().run_until_complete(consumer._add_gap(TP0, 1176, 1225))  # 1176-1224 lost
     assert acks(0, range(1176, 1225)) == 0
-    _agent_finished(consumer, 1225)
-    assert [c for c in _commits(consumer, 3) if c is not None][-1] == 1226
+    agent_finished(consumer, 1225)
+    assert [c for c in commit_rounds(consumer, 3) if c is not None][-1] == 1226
 
 
 def test_offsets_the_agent_finished_and_not_yet_committed_are_not_acknowledged_again(consumer: Any) -> None:
     consumer._committed_offset[TP0] = 100
     consumer._read_offset[TP0] = 100
     for offset in range(100, 150):  # handed over and finished: nothing was lost
-        _agent_finished(consumer, offset)
+        agent_finished(consumer, offset)
     acks = ConsumerAcks(lambda: consumer, TOPIC)
     assert acks(0, range(100, 160)) == 10  # only 150-159
-    assert _commits(consumer, 1) == [160]
+    assert commit_rounds(consumer, 1) == [160]
 
 
 def test_offsets_below_the_consumers_committed_offset_are_passed_over(consumer: Any) -> None:
@@ -109,4 +79,4 @@ def test_offsets_below_the_consumers_committed_offset_are_passed_over(consumer: 
 def test_a_partition_never_committed_is_acknowledged_from_where_asked(consumer: Any) -> None:
     acks = ConsumerAcks(lambda: consumer, TOPIC)
     assert acks(0, range(0, 20)) == 20
-    assert _commits(consumer, 1) == [20]
+    assert commit_rounds(consumer, 1) == [20]
