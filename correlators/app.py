@@ -49,6 +49,12 @@ their decisions twice; records above it publish theirs, so none is skipped.
 What can still slip through (a crash after the acknowledgement but before the
 table's own write) repeats a decision with the same id, which every consumer
 treats as a duplicate.
+
+Committing only what was judged. Faust's consumer is corrected in two places it
+would otherwise commit wrongly: offsets it already counts are not acknowledged
+again (:mod:`correlators.consumer_acks`), and no commit of the events topic
+passes a record this worker has not judged, though Faust acknowledges records it
+skips around a rebalance (:mod:`correlators.commit_limit`).
 """
 
 from __future__ import annotations
@@ -59,11 +65,13 @@ import sys
 from typing import Any
 
 import faust
-from faust.types import TP, Message
+from faust.types import TP
 
 from common.kafka_admin import ensure_topic, grow_topic, topic_partitions, topic_replication
 from common.settings import Settings
 from correlators.broker_auth import faust_credentials
+from correlators.commit_limit import CommitLimit
+from correlators.consumer_acks import ConsumerAcks
 from correlators.worker.assembly import Worker
 from streams.topics import correlator_app_id, topic_name
 
@@ -126,17 +134,19 @@ def make_app(settings: Settings) -> faust.App:
     async def send(suffix: str, key: bytes, value: bytes) -> Any:
         return await out[suffix].send(key=key, value=value)
 
-    def ack(part: int, offset: int) -> None:
-        app.consumer.ack(Message(events_topic, part, offset, 0.0, 0, None, None, None, None))
-
     async def seek(part: int, offset: int) -> None:
         await app.consumer.seek_wait({TP(events_topic, part): offset})
 
     worker = Worker(settings, conf, app_id=app.conf.id, events_topic=events_topic, partitions=partitions,
-                    send=send, emitted=emitted, ack=ack, seek=seek, ready=lambda: not app.rebalancing,
+                    send=send, emitted=emitted,
+                    ack=ConsumerAcks(lambda: app.consumer, events_topic), seek=seek, ready=lambda: not app.rebalancing,
                     position=lambda part: app.consumer.position(TP(events_topic, part)))
 
+    # Before anything is fetched (the first assignment): no commit passes a record not judged here.
+    limit = CommitLimit(events_topic, worker.held.judged_upto)
+
     async def follow_assignment(_app: faust.App, assigned: set[TP], **_: Any) -> None:
+        limit.install(app.consumer)
         worker.on_assigned({tp.partition for tp in assigned if tp.topic == events_topic})
 
     app.on_partitions_assigned.connect(follow_assignment)  # type: ignore[arg-type]  # mode types receivers as *args

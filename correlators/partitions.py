@@ -147,6 +147,11 @@ class WorkerState:
     def get(self, partition: int) -> PartitionState:
         return self._parts[partition]
 
+    def judged_upto(self, partition: int) -> int | None:
+        """Offset of the last record of ``partition`` judged here (-1: none yet); None when no state is held."""
+        st = self._parts.get(partition)
+        return None if st is None else st.position
+
     def release(self, partition: int) -> PartitionState | None:
         """Take ``partition``'s state out (to catch it up elsewhere); None when none is held."""
         return self._parts.pop(partition, None)

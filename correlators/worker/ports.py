@@ -20,9 +20,11 @@ _T = TypeVar("_T")
 #: broker has acknowledged the record (and raises if it refused it).
 Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[Any]]]
 
-#: Acknowledge ``(partition, offset)`` of the events topic to the consumer (so the group's
-#: committed offset can move past it) without it having been handed to the agent.
-Ack = Callable[[int, int], None]
+#: Acknowledge a range of offsets of one events partition to the consumer (so the group's
+#: committed offset can move past them) without them having been handed to the agent; offsets
+#: the consumer already counts are left alone (:mod:`correlators.consumer_acks`). Returns how
+#: many it acknowledged.
+Ack = Callable[[int, range], int]
 
 #: Monotonic seconds (durations, schedules); and the wall clock (signing, live event time).
 Clock = Callable[[], float]

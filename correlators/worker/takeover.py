@@ -18,7 +18,9 @@ records between, or the consumer dropped some). The order of things (:meth:`Take
    (:meth:`Publisher.settle`: each acknowledged before ``emitted`` moves).
 5. The offsets the consumer skipped (fetched, never handed over: it clears its buffers when it
    resumes after a rebalance) are acknowledged, or the group's committed offset would wait for
-   them forever. Offsets below the committed one are ignored by the consumer.
+   them forever. Offsets below the committed one are ignored by the consumer, and so are those
+   it already counts (:mod:`correlators.consumer_acks`: counted twice, they make its commits
+   crawl one offset at a time).
 6. One line says what was done (restored, rebuilt in full, or caught up) and how long it took.
 
 A failure anywhere (the log unreadable within its bound, a publish refused) raises: the agent
@@ -113,8 +115,7 @@ class Takeover:
         self._held.install(state)  # 4.
         for judged in folded.unpublished:
             await self._publisher.settle(state, judged)
-        for missed in range(max(start, committed), offset):  # 5.
-            self._ack(part, missed)
+        self._ack(part, range(max(start, committed), offset))  # 5.
         self._report(part, state, fresh, restored, folded, start, offset, self._clock() - t0)  # 6.
         return state
 

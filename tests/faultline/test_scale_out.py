@@ -98,7 +98,7 @@ class Phases:
             if all(got.get(p, -1) >= end for p, end in want.items()):
                 return
             assert time.monotonic() < deadline, (
-                f"{what}: committed {got}, want {want};\n" + "\n".join(w.tail(10) for w in self.workers))
+                f"{what}: committed {got}, want {want};\n" + "\n".join(w.tail(40) for w in self.workers))
             time.sleep(0.5)
 
     def wait_assigned(self, worker: CorrelatorWorker, partitions: int, timeout: float = 180) -> None:
@@ -119,7 +119,7 @@ class Phases:
                 return ends
             assert time.monotonic() < deadline, (
                 f"stream ends for {sorted({e.cell for e in ends if e.cell})} of {sorted(cells)};\n"
-                + "\n".join(w.tail(10) for w in self.workers))
+                + "\n".join(w.tail(40) for w in self.workers))
             time.sleep(0.5)
 
 

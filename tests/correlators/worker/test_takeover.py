@@ -44,9 +44,13 @@ class Rig:
         publisher = Publisher(self.producer.send, self.emitted, namespace="ns", keys=None, ttl=timedelta(hours=1),
                               live_clock=False)
         self.takeover = Takeover(self.held, new_state, publisher, log_rebuild(LOG, committed, self.reads),
-                                 lambda part, offset: self.acks.append(offset),
+                                 self.ack,
                                  load_snapshot=(lambda part: snapshot) if snapshot is not None else None,
                                  run_blocking=inline)
+
+    def ack(self, part: int, offsets: range) -> int:
+        self.acks.extend(offsets)
+        return len(offsets)
 
     def published(self) -> list[str]:
         return self.producer.keys("incidents", "commands")

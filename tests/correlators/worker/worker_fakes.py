@@ -200,10 +200,14 @@ class JudgeRig:
                                            ticks_in_flight=lambda: self.live.in_flight, max_bytes=1 << 20,
                                            clock=self.clock)
         takeover = Takeover(self.held, new_state, self.publisher, log_rebuild(log, committed),
-                            lambda part, offset: self.acks.append(offset), load_snapshot=None, run_blocking=inline)
+                            self.ack, load_snapshot=None, run_blocking=inline)
         self.log = log
         self.judge = RecordJudge(self.held, takeover, self.publisher, self.snapshots, topic="events",
                                  clock=self.clock)
+
+    def ack(self, part: int, offsets: range) -> int:
+        self.acks.extend(offsets)
+        return len(offsets)
 
     def capture(self, state: PartitionState) -> Captured:
         self.captures.append((state.position, len(self.producer.pending)))
