@@ -3,13 +3,16 @@
 :mod:`correlators.app` owns Faust (the app, topics, the ``emitted`` table, the agent and timers) and
 hands over plain callables (:mod:`correlators.worker.ports`); everything here is built once, at
 start, in this order: the partition states held; the publisher; the snapshot reader and taker
-(when ``FAULTLINE_SNAPSHOT_EVERY_EVENTS`` > 0); the takeover; the record judge; the live clock
-(when ``FAULTLINE_LIVE_CLOCK``); the delivery watch. The confluent-kafka edges (the rebuild's log
+(when ``FAULTLINE_SNAPSHOT_EVERY_EVENTS`` > 0); the takeover; the live clock (when
+``FAULTLINE_LIVE_CLOCK``, which adopts assigned partitions ahead of their records); the record
+judge; the delivery watch. The confluent-kafka edges (the rebuild's log
 reads, the snapshot topic, committed offsets) are bound to their topics here too.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -46,6 +49,11 @@ from correlators.worker.takeover import SnapshotLoader, Takeover
 
 __all__ = ["Worker"]
 
+log = logging.getLogger("faultline.correlator")
+
+#: After a failed adoption, the partition is tried again this much later (the tick runs every 50 ms).
+ADOPT_RETRY_S = 5.0
+
 
 class Worker:
     """Every collaborator of one worker (see the module docstring); the Faust adapter calls these."""
@@ -59,7 +67,6 @@ class Worker:
         self.publisher = Publisher(send, emitted, namespace=settings.namespace, keys=settings.signing(),
                                    ttl=timedelta(seconds=settings.command_ttl_s), live_clock=settings.live_clock,
                                    cluster=settings.cluster)
-        self.live = LiveClock(self.held, self.publisher) if settings.live_clock else None
         loader, self.snapshots = None, None
         if settings.snapshot_every_events > 0:
             loader, self.snapshots = self._snapshots(settings, conf, app_id, events_topic, partitions, policy)
@@ -74,7 +81,12 @@ class Worker:
             with TopicReader(conf, events_topic, app_id) as reader:
                 return reader.committed_offsets(parts)
 
-        self.takeover = Takeover(self.held, new_state, self.publisher, rebuild_from_log, ack, load_snapshot=loader)
+        self.takeover = Takeover(self.held, new_state, self.publisher, rebuild_from_log, ack, load_snapshot=loader,
+                                 committed=committed)
+        self._assigned: set[int] = set()
+        self._ready = ready
+        self._adopt_after: dict[int, float] = {}  # partition -> monotonic time of its next attempt
+        self.live = LiveClock(self.held, self.publisher, adopt=self._adopt_unheld) if settings.live_clock else None
         self.judge = RecordJudge(self.held, self.takeover, self.publisher, self.snapshots, topic=events_topic)
         self.watch = DeliveryWatch(self.held, idle_for=self.judge.idle_for, ready=ready, position=position,
                                    seek=seek, committed=committed)
@@ -106,8 +118,26 @@ class Worker:
 
     def on_assigned(self, partitions: set[int]) -> None:
         """The consumer's events partitions now."""
+        self._assigned = set(partitions)
         self.judge.on_assigned(partitions)
         self.watch.on_assigned(partitions)
+
+    async def _adopt_unheld(self) -> None:
+        """With the live clock: every assigned partition without a state taken over now (not mid-rebalance)."""
+        for part in sorted(self._assigned - set(self.held.partitions)):
+            if not self._ready():
+                return
+            if time.monotonic() < self._adopt_after.get(part, 0.0):
+                continue
+            try:
+                await self.takeover.adopt(part)
+            except Exception as exc:  # the agent's own takeover raises; here a later tick tries again
+                self._adopt_after[part] = time.monotonic() + ADOPT_RETRY_S
+                log.warning("could not take partition %d over ahead of its records (%r); trying again in %.0fs",
+                            part, exc, ADOPT_RETRY_S)
+                continue
+            if part not in self._assigned:  # revoked meanwhile
+                self.held.release(part)
 
     def set_gauges(self) -> None:
         set_gauges(self.held)

@@ -2,8 +2,10 @@
 
 The live tick (:class:`LiveClock`, only with ``FAULTLINE_LIVE_CLOCK``): event time follows the wall
 clock too, so debounce and settle windows close on time without waiting for the next event. In
-this order, for each engine held: advance it to now; publish what that decided and await the
-broker's acknowledgement. While any tick's decisions are unacknowledged, :attr:`LiveClock.in_flight`
+this order: every assigned partition without a state is adopted first (``adopt``: taken over up to
+the committed offset, :meth:`correlators.worker.takeover.Takeover.adopt`), so a successor's clock
+runs before any record wakes it; then, for each engine held: advance it to now; publish what that
+decided and await the broker's acknowledgement. While any tick's decisions are unacknowledged, :attr:`LiveClock.in_flight`
 is true and no snapshot is taken (:mod:`correlators.worker.snapshot_taker`): a snapshot must never
 hold a decision that is not on its topic.
 
@@ -13,6 +15,7 @@ and the newest event time, every few seconds (not per event).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from common import metrics as m
@@ -26,10 +29,12 @@ __all__ = ["LiveClock", "set_gauges"]
 class LiveClock:
     """Advances every engine held to the wall clock and publishes what that decides."""
 
-    def __init__(self, held: WorkerState, publisher: Publisher, wall_clock: WallClock = utcnow) -> None:
+    def __init__(self, held: WorkerState, publisher: Publisher, wall_clock: WallClock = utcnow, *,
+                 adopt: Callable[[], Awaitable[None]] | None = None) -> None:
         self._held = held
         self._publisher = publisher
         self._wall_clock = wall_clock
+        self._adopt = adopt
         self._unacked = 0  # ticks whose decisions the broker has not acknowledged yet
 
     @property
@@ -37,6 +42,8 @@ class LiveClock:
         return self._unacked > 0
 
     async def tick(self) -> None:
+        if self._adopt is not None:
+            await self._adopt()
         now = self._wall_clock()
         for engine in self._held.engines():
             decisions = engine.advance_to(now)

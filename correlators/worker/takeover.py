@@ -23,12 +23,26 @@ records between, or the consumer dropped some). The order of things (:meth:`Take
    crawl one offset at a time).
 6. One line says what was done (restored, rebuilt in full, or caught up) and how long it took.
 
+One catch-up of a partition runs at a time: a second one (the agent's, while the live clock's
+adoption below is still reading the log) waits for the first, then finds the state far enough
+along and does nothing, or catches up only what is still missing.
+
+Adoption (:meth:`Takeover.adopt`, with the live clock). A partition assigned to this worker is
+otherwise taken over when its first record arrives; until then no state is held, so the clock
+has nothing to advance, and what it would decide in a silence (a node gone quiet, a settle
+window closing) waits for the next record -- or for ever. Adoption takes an assigned partition
+without a state over up to the group's committed offset (the next record the consumer hands
+over) at once. Everything below that offset was published by whoever committed it, so
+adoption itself publishes nothing; the clock's tick then does. A failure raises before any state
+is installed: the next attempt starts again.
+
 A failure anywhere (the log unreadable within its bound, a publish refused) raises: the agent
 exits, the supervisor restarts the worker, and the takeover is done again from the start.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -84,8 +98,11 @@ class Takeover:
 
     def __init__(self, held: WorkerState, new_state: Callable[[int], PartitionState], publisher: Publisher,
                  rebuild: Rebuild, ack: Ack, *, load_snapshot: Callable[[int], Snapshot | None] | None,
+                 committed: Callable[[list[int]], dict[int, int]] | None = None,
                  run_blocking: RunBlocking = in_thread, clock: Clock = time.monotonic) -> None:
         self._held = held
+        self._committed = committed  # the group's committed offsets (blocking), for adoption
+        self._locks: dict[int, asyncio.Lock] = {}
         self._new_state = new_state
         self._publisher = publisher
         self._rebuild = rebuild
@@ -100,6 +117,22 @@ class Takeover:
         A new state may come out past ``offset`` (a snapshot newer than it): the caller skips
         the records it covers.
         """
+        async with self._locks.setdefault(part, asyncio.Lock()):
+            held = self._held.judged_upto(part)
+            if held is not None and held + 1 >= offset:  # caught up meanwhile, by the one this waited for
+                return self._held.get(part)
+            return await self._catch_up(part, offset)
+
+    async def adopt(self, part: int) -> PartitionState | None:
+        """Take ``part`` over up to the group's committed offset now (module docstring); None when a state
+        is held already or a catch-up of it is under way."""
+        lock = self._locks.get(part)
+        if self._committed is None or part in self._held.partitions or (lock is not None and lock.locked()):
+            return None
+        committed = await self._run_blocking(self._committed, [part])
+        return await self.catch_up(part, max(committed.get(part, 0), 0))
+
+    async def _catch_up(self, part: int, offset: int) -> PartitionState:
         state = self._held.release(part)  # 1. out of sight of the timers while another thread works on it
         fresh = state is None
         if state is None:

@@ -4,6 +4,7 @@ the consumer skipped; a snapshot it cannot use means a full rebuild, with the re
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import timedelta
 from typing import Any
@@ -35,7 +36,8 @@ class Rig:
     """A takeover on LOG with a fake producer, table and consumer acknowledgements."""
 
     def __init__(self, *, committed: int = -1001, emitted: FakeEmitted | None = None,
-                 snapshot: Snapshot | None = None, held: WorkerState | None = None) -> None:
+                 snapshot: Snapshot | None = None, held: WorkerState | None = None,
+                 run_blocking: Any = inline) -> None:
         self.producer = FakeProducer()
         self.emitted = emitted if emitted is not None else FakeEmitted()
         self.held = held if held is not None else WorkerState()
@@ -46,7 +48,7 @@ class Rig:
         self.takeover = Takeover(self.held, new_state, publisher, log_rebuild(LOG, committed, self.reads),
                                  self.ack,
                                  load_snapshot=(lambda part: snapshot) if snapshot is not None else None,
-                                 run_blocking=inline)
+                                 committed=lambda parts: {p: committed for p in parts}, run_blocking=run_blocking)
 
     def ack(self, part: int, offsets: range) -> int:
         self.acks.extend(offsets)
@@ -184,3 +186,53 @@ def test_a_snapshot_that_cannot_be_used_means_none(caplog: pytest.LogCaptureFixt
     assert "refused: authentication failed; rebuilding it from the log start" in text
     assert "refused: taken at offset 100, but the events partition starts at 102" in text
     assert "could not read the snapshot of partition 0 from snaps (no record in 30s)" in text
+
+
+async def test_adoption_takes_a_partition_over_up_to_the_committed_offset_before_any_record() -> None:
+    """The live clock's successor: the state exists (and what the log decided is published) with no record."""
+    rig = Rig(committed=SAYING[1] + 1)
+    state = await rig.takeover.adopt(0)
+    assert state is not None and state.position == SAYING[1] and rig.held.get(0) is state
+    assert rig.published() == []  # below the committed offset everything was published by whoever committed it
+    assert _judge_rest(state, SAYING[1] + 1) == _expected(SAYING[1], len(LOG))  # and it decides on as one run
+    assert await rig.takeover.adopt(0) is None  # held already: nothing read again
+    assert rig.reads == [0]
+
+
+async def test_adoption_of_a_partition_never_committed_starts_from_the_log_start() -> None:
+    rig = Rig(committed=-1001)
+    state = await rig.takeover.adopt(0)
+    assert state is not None and state.position == -1 and rig.reads == [] and rig.published() == []
+
+
+async def test_one_catch_up_at_a_time_and_the_second_finds_the_state_far_enough() -> None:
+    """The agent's record arrives while adoption still reads the log: it waits, then judges on."""
+    release = asyncio.Event()
+
+    async def slow(fn: Any, /, *args: Any) -> Any:
+        if fn.__name__ == "run":  # the rebuild's read of the log
+            await release.wait()
+        return fn(*args)
+
+    rig = Rig(committed=100, run_blocking=slow)
+    adopting = asyncio.ensure_future(rig.takeover.adopt(0))
+    await asyncio.sleep(0)
+    agents = asyncio.ensure_future(rig.takeover.catch_up(0, 100))  # the record at the committed offset
+    await asyncio.sleep(0)
+    assert not agents.done()
+    release.set()
+    adopted, caught = await adopting, await agents
+    assert adopted is caught and caught.position == 99
+    assert rig.reads == [0]  # the log was read once
+
+
+async def test_a_failed_adoption_leaves_no_state_behind() -> None:
+    rig = Rig(committed=50)
+
+    def broken(state: PartitionState, upto: int, after: int) -> Any:
+        raise TimeoutError("reading events[0]: no progress for 60s")
+
+    rig.takeover._rebuild = broken
+    with pytest.raises(TimeoutError):
+        await rig.takeover.adopt(0)
+    assert rig.held.partitions == []  # the next attempt starts again
