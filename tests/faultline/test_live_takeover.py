@@ -107,16 +107,10 @@ def _on_topics(conf: dict[str, object], ns: str) -> set[str]:
     return keys | {decision_key(Command.model_validate_json(v)) for v in read_topic(conf, topic_name(ns, "commands"))}
 
 
-# A successor holds no state for a partition until a record of it arrives (correlators/worker/judge.py,
-# takeover.py), so its live tick has no engine to advance: what the clock decides in a silence waits for the
-# next record, for ever if none comes. Found by this test; it passes once assigned partitions are taken over
-# without waiting for a record when the live clock is on.
-KNOWN_DEFECT = pytest.mark.xfail(strict=True, reason="a successor takes a partition over only when a record "
-                                 "of it arrives: the clock's decisions in a silence wait for the next record")
-
-
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("point", [pytest.param("before-tick", marks=KNOWN_DEFECT), pytest.param("after-tick", marks=pytest.mark.slow)])
+# "before-tick" found that a successor took a partition over only when a record of it arrived, so the
+# clock's decisions in a silence waited for the next record (correlators/worker/takeover.py: adoption).
+@pytest.mark.parametrize("point", ["before-tick", pytest.param("after-tick", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("seed", seed_params(default=(11,), soak=tuple(range(1000, 1005))))
 def test_what_the_clock_decides_between_records_survives_a_worker_killed_around_it(
         kafka_bootstrap: str, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch,
