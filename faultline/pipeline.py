@@ -32,6 +32,7 @@ from common.kafka_reader import read_topic
 from common.settings import Settings
 from faultline.outcome import collate
 from producers import metrics as producer_metrics
+from producers.batching import Batching
 from producers.capture.reader import OversizedLine, read_capture_lines
 from producers.capture.screen import CaptureScreen, Refused
 from producers.delivery import EventPublisher
@@ -39,7 +40,7 @@ from streams.decisions import Command, Incident, StreamEnd
 from streams.events import EndOfCapture, Event
 from streams.topics import topic_name
 
-__all__ = ["Run", "ensure_broker", "CorrelatorWorker", "replay"]
+__all__ = ["Run", "ensure_broker", "CorrelatorWorker", "replay", "replay_batching"]
 
 log = logging.getLogger("faultline.pipeline")
 
@@ -136,6 +137,13 @@ class Run:
         return collate(self.incidents, self.commands)
 
 
+def replay_batching(settings: Settings) -> Batching | None:
+    """How a replay packs its events into records (``FAULTLINE_REPLAY_BATCH_*``; None: one per record)."""
+    if settings.replay_batch_events <= 1:
+        return None
+    return Batching(max_events=settings.replay_batch_events, window_s=settings.replay_batch_window_ms / 1000)
+
+
 def publish_capture(pub: EventPublisher, lines: Iterable[bytes | OversizedLine],
                     on_line: Callable[[int], None] | None = None) -> tuple[int, int, int, datetime | None]:
     """Screen and publish every line (:mod:`producers.capture.screen`): a good line's events go to
@@ -219,7 +227,7 @@ def replay(capture: Path, settings: Settings, keep_topics: bool = False,
     create_namespace_topics(conf, run.namespace, partitions=1)  # one partition: decisions keep their order
     worker = CorrelatorWorker(settings, bootstrap, run.namespace)
     try:
-        pub = EventPublisher(conf, run.namespace, settings.cell)
+        pub = EventPublisher(conf, run.namespace, settings.cell, replay_batching(settings))
         with capture.open("rb") as f:
             run.lines, run.events, run.bad, last = publish_capture(pub, read_capture_lines(f), on_line)
         pub.publish([end_marker(run.lines, last)])

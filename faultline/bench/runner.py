@@ -26,7 +26,7 @@ from common.kafka_admin import create_namespace_topics, delete_namespace_topics
 from common.kafka_reader import read_topic
 from common.settings import Settings
 from faultline.bench.goodput import compare
-from faultline.pipeline import CorrelatorWorker, end_marker, ensure_broker, wait_for_end
+from faultline.pipeline import CorrelatorWorker, end_marker, ensure_broker, replay_batching, wait_for_end
 from faultline.simulate import FaultPlan, Fleet
 from producers.capture import parse_capture_line
 from producers.delivery import EventPublisher
@@ -88,7 +88,7 @@ class Bench:
     # --- throughput: correlator vs a bare consumer, on the same topic ---------------------
     def throughput(self, events: list[Event]) -> dict[str, Any]:
         ns = self.namespace("throughput")
-        pub = EventPublisher(self.conf, ns)
+        pub = EventPublisher(self.conf, ns, batching=replay_batching(self.settings))
         pub.publish(events)
         pub.publish([end_marker(len(events), events[-1].ts)])
         pub.flush(120)
