@@ -28,6 +28,12 @@ Event ids are deterministic, so downstream can tell.)
 The spool is a directory of JSON Lines segments (``000000000001.jsonl``...,
 at most ``segment_bytes`` each, one record per line) and ``cursor.json``
 (the first record not yet acknowledged).
+
+With a :class:`~producers.batching.Batching`, the events of one :meth:`SpoolingPublisher.publish`
+call go several to a record (runs of one source, :mod:`producers.batching`): what a node observed
+together travels together, and nothing waits for more. The counters (``sent``, ``spooled``,
+``dropped`` and their metrics) count events either way; :meth:`SpoolingPublisher.backlog` counts
+records.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from typing import Any, BinaryIO
 from confluent_kafka import KafkaError, Message, Producer
 
 from producers import metrics
+from producers.batching import Batcher, Batching
 from producers.delivery import event_key
 from producers.node.state import load_state, save_state
 from streams.cells import DEFAULT_CELL
@@ -267,20 +274,25 @@ class _Handed:
     key: bytes
     value: bytes
     source: str
+    events: int = 1
     state: str = "inflight"  # inflight | acked | failed
     evicted: bool = False
 
 
-def _record_line(topic: str, key: bytes, value: bytes, source: str) -> bytes:
-    record = {"topic": topic, "key": key.decode(), "source": source, "value": value.decode()}
+def _record_line(topic: str, key: bytes, value: bytes, source: str, events: int = 1) -> bytes:
+    record: dict[str, Any] = {"topic": topic, "key": key.decode(), "source": source, "value": value.decode()}
+    if events != 1:
+        record["events"] = events  # a batch record (lines without it, older ones too, hold one)
     return json.dumps(record, separators=(",", ":")).encode() + b"\n"
 
 
-def _source_of(line: bytes) -> str:
+def _source_of(line: bytes) -> tuple[str, int]:
+    """The source of a spooled record and how many events it holds."""
     try:
-        return str(json.loads(line)["source"])
-    except (ValueError, KeyError, TypeError):
-        return "unknown"
+        record = json.loads(line)
+        return str(record["source"]), int(record.get("events", 1))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "unknown", 1
 
 
 class SpoolingPublisher:
@@ -303,6 +315,7 @@ class SpoolingPublisher:
         retry_backoff_s: tuple[float, float] = (1.0, 30.0),
         clock: Callable[[], float] = time.monotonic,
         cell: str = DEFAULT_CELL,
+        batching: Batching | None = None,
     ) -> None:
         self._conf = {
             **kafka_conf,
@@ -320,6 +333,7 @@ class SpoolingPublisher:
         self._events_topic = topic_name(namespace, "events")
         self._dead_topic = topic_name(namespace, "deadletters")
         self._event_key = event_key(cell)
+        self._batching = batching
         self.spool = Spool(spool_dir, max_bytes, segment_bytes)
         self.max_inflight = max_inflight
         self._backoff_min, self._backoff_max = retry_backoff_s
@@ -336,11 +350,15 @@ class SpoolingPublisher:
     # --- input ---------------------------------------------------------------------
 
     def publish(self, events: Iterable[Event]) -> None:
-        """Spool ``events`` (keyed by the publisher's cell) and hand what the window allows."""
-        lines = [
-            _record_line(self._events_topic, self._event_key, e.model_dump_json().encode(), e.source)
-            for e in events
-        ]
+        """Spool ``events`` (keyed by the publisher's cell; batched: this call's, several to a record)
+        and hand what the window allows."""
+        if self._batching is None:
+            lines = [_record_line(self._events_topic, self._event_key, e.model_dump_json().encode(), e.source)
+                     for e in events]
+        else:
+            batcher = Batcher(self._batching)
+            packed = [p for e in events for p in batcher.add(e)] + batcher.flush()
+            lines = [_record_line(self._events_topic, self._event_key, p.value, p.source, p.events) for p in packed]
         self._append(lines)
 
     def dead_letter(self, dl: DeadLetter) -> None:
@@ -356,8 +374,9 @@ class SpoolingPublisher:
         self.pump()
         waiting = min(len(lines), self.spool.unread)  # the newest records wait behind older ones
         for line in lines[len(lines) - waiting :]:
-            metrics.SPOOLED.labels(_source_of(line)).inc()
-        self.spooled += waiting
+            source, events = _source_of(line)
+            metrics.SPOOLED.labels(source).inc(events)
+            self.spooled += events
 
     # --- delivery ------------------------------------------------------------------
 
@@ -379,7 +398,7 @@ class SpoolingPublisher:
             try:
                 record = json.loads(entry.line)
                 handed = _Handed(entry, record["topic"], record["key"].encode(), record["value"].encode(),
-                                 record["source"])
+                                 record["source"], int(record.get("events", 1)))
             except (ValueError, KeyError, TypeError, AttributeError):
                 log.error("spool: dropping an unreadable record in segment %d", entry.segment)
                 self._drop("unknown")
@@ -414,8 +433,8 @@ class SpoolingPublisher:
         self._inflight -= 1
         if err is None:
             handed.state = "acked"
-            self.sent += 1
-            metrics.SENT.labels(handed.source).inc()
+            self.sent += handed.events
+            metrics.SENT.labels(handed.source).inc(handed.events)
             self._backoff = self._backoff_min
             if self._broker_down:
                 log.info("Kafka answers again; sending the spool")
@@ -424,7 +443,7 @@ class SpoolingPublisher:
             if not handed.evicted:
                 log.error("Kafka rejected a %s record for good: %s", handed.source, err)
             handed.state = "acked"  # done with it: let the cursor pass
-            self._drop(handed.source)
+            self._drop(handed.source, handed.events)
         else:
             handed.state = "failed"
             self._retry.append(handed)
@@ -461,20 +480,20 @@ class SpoolingPublisher:
         while (evicted := self.spool.evict_oldest()) is not None:
             segment, unread = evicted
             for line in unread:
-                self._drop(_source_of(line))
+                self._drop(*_source_of(line))
             for handed in self._window:
                 if handed.entry.segment == segment:
                     handed.evicted = True
             for handed in [h for h in self._retry if h.evicted]:
                 self._retry.remove(handed)
                 handed.state = "acked"
-                self._drop(handed.source)
+                self._drop(handed.source, handed.events)
             log.warning("spool over %d bytes: dropped segment %d (%d records never sent)",
                         self.spool.max_bytes, segment, len(unread))
 
-    def _drop(self, source: str) -> None:
-        self.dropped += 1
-        metrics.DROPPED.labels(source).inc()
+    def _drop(self, source: str, events: int = 1) -> None:
+        self.dropped += events
+        metrics.DROPPED.labels(source).inc(events)
 
     # --- end -----------------------------------------------------------------------
 
