@@ -40,6 +40,7 @@ from pydantic import BaseModel
 
 from common import metrics as stage_metrics
 from common.deadletters import dead_letter
+from common.heap import streaming_gc
 from sinks.archive.store import Archive
 from sinks.archive_errors import write_isolating
 from streams.batch import decode_record
@@ -160,14 +161,15 @@ class ArchiveSink:
             return stop.wait(delay)
 
         batch = _Batch()
-        while not stop.is_set():
-            self._poll(batch, max_batch, max_wait_s)
-            if batch.due(max_batch, max_wait_s):
+        with streaming_gc():  # a batch's records all live until it is written (common/heap.py)
+            while not stop.is_set():
+                self._poll(batch, max_batch, max_wait_s)
+                if batch.due(max_batch, max_wait_s):
+                    self._flush(batch, back_off)
+                    batch = _Batch()
+                self._report_lag_now_and_then()
+            if batch.size:
                 self._flush(batch, back_off)
-                batch = _Batch()
-            self._report_lag_now_and_then()
-        if batch.size:
-            self._flush(batch, back_off)
 
     def _report_lag_now_and_then(self) -> None:
         """:meth:`_report_lag`, at most every few seconds."""
@@ -203,6 +205,11 @@ class ArchiveSink:
             time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
             return time.monotonic() >= deadline
 
+        with streaming_gc():  # a batch's records all live until it is written (common/heap.py)
+            return self._drain(pending, deadline, timeout_s, wait_or_give_up)
+
+    def _drain(self, pending: dict[tuple[str, int], int], deadline: float, timeout_s: float,
+               wait_or_give_up: Callable[[float], bool]) -> int:
         written = 0
         batch = _Batch()
         while True:
