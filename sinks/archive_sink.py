@@ -133,6 +133,7 @@ class ArchiveSink:
         self._consumer.subscribe(list(self.topics))
         self._closed = False
         self._next_lag = 0.0  # when run() next refreshes the consumer-lag gauge
+        self._early: list[Message] = []  # consumed by join(), archived by the next poll
 
     def close(self) -> None:
         """Leave the consumer group (the archive stays open); idempotent."""
@@ -213,7 +214,7 @@ class ArchiveSink:
         written = 0
         batch = _Batch()
         while True:
-            if batch.size == 0:
+            if batch.size == 0 and not self._early:
                 self._forget_reached(pending)
                 if not pending:
                     return written
@@ -254,10 +255,20 @@ class ArchiveSink:
 
     # --- steps ------------------------------------------------------------------------------
 
+    def join(self, timeout_s: float = 30.0) -> bool:
+        """Join the consumer group now (else the first poll of a drain or run waits for it); whether it got
+        partitions within ``timeout_s``. Anything consumed meanwhile is archived by the next poll."""
+        deadline = time.monotonic() + timeout_s
+        while not self._consumer.assignment() and time.monotonic() < deadline:
+            self._early += self._consumer.consume(num_messages=1000, timeout=0.1)
+        return bool(self._consumer.assignment())
+
     def _poll(self, batch: _Batch, max_batch: int, max_wait_s: float) -> None:
         """Add what arrives within the batch's remaining time (or ``max_wait_s``) to it."""
         wait = max_wait_s if batch.size == 0 else batch.opened + max_wait_s - time.monotonic()
-        for msg in self._consumer.consume(num_messages=max(1, max_batch - batch.size), timeout=max(0.0, wait)):
+        early, self._early = self._early, []
+        for msg in early or self._consumer.consume(num_messages=max(1, max_batch - batch.size),
+                                                   timeout=max(0.0, wait)):
             err = msg.error()
             if err is None:
                 stage_metrics.RECORDS_IN.labels("sink", str(msg.topic())).inc()
