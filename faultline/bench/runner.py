@@ -33,10 +33,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer
+from confluent_kafka import OFFSET_BEGINNING, Consumer
 
 from common.kafka_admin import create_namespace_topics, delete_namespace_topics
-from common.kafka_reader import read_topic
+from common.kafka_reader import TopicReader, read_topic
 from common.settings import Settings
 from faultline.bench.goodput import compare
 from faultline.bench.storm import StormSizes, storm
@@ -247,14 +247,14 @@ class Bench:
 
 
 def _bare_consume(conf: dict[str, Any], topic: str) -> tuple[int, float]:
-    """Records on ``topic`` and the seconds a bare confluent-kafka loop takes from the first to the last."""
-    first: float | None = None
-    count = 0
-    for _ in read_topic(conf, topic, timeout=120):
-        if first is None:
-            first = time.perf_counter()
-        count += 1
-    return count, max(time.perf_counter() - (first or time.perf_counter()), 1e-6)
+    """Records on ``topic`` and the seconds a bare confluent-kafka loop takes to fetch them all, from its
+    assignment (connecting is start-up, as the worker's is) to the last record."""
+    with TopicReader(conf, topic, f"bench-bare-{uuid.uuid4().hex}", stall_s=120) as reader:
+        ends = reader.ends()
+        reader.assign({p: OFFSET_BEGINNING for p in ends})
+        t0 = time.perf_counter()
+        count = sum(1 for batch in reader.batches(ends) for msg in batch if msg.value() is not None)
+        return count, max(time.perf_counter() - t0, 1e-6)
 
 
 def agent_cpu_pct(seconds: float) -> dict[str, Any]:

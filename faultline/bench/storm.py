@@ -25,7 +25,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -113,14 +112,12 @@ class _Sender:
             self.events += packed.events
             heapq.heappush(self.queue, (at, self.n, packed.value, tag))
 
-    def run_until(self, until: float, between: Callable[[], None] | None = None) -> None:
+    def run_until(self, until: float) -> None:
         while self.queue and self.queue[0][0] <= until:
             at, _, value, tag = heapq.heappop(self.queue)
             wait = at - time.monotonic()
             if wait > 0:
-                if between is not None:
-                    between()
-                time.sleep(min(wait, 0.01)) if wait > 0.01 else time.sleep(wait)
+                time.sleep(min(wait, 0.01))
                 heapq.heappush(self.queue, (at, 0, value, tag))
                 continue
             self.late.append(-wait)
@@ -169,7 +166,12 @@ def storm(settings: Settings, bootstrap: str, conf: dict[str, Any], ns: str, siz
     try:
         if not cmds.ready.wait(30):
             raise TimeoutError("the commands consumer got no assignment in 30 s")
-        mono0, wall0 = time.monotonic() + 2.0, datetime.now(UTC) + timedelta(seconds=2.0)
+        # Every record is made and encoded before the first is sent (stamped with the wall time it is due),
+        # so the sender only hands bytes over: the load arrives when it should, not when this process
+        # finds the CPU to make it (about 0.1 s per second of the cell's load, and a second for the storm).
+        span = sizes.warm_s + 0.5 * sizes.steady_xids + 2 + sizes.storm_s + sizes.tail_s
+        lead = 3.0 + 0.25 * span * cell.nodes / 2048
+        mono0, wall0 = time.monotonic() + lead, datetime.now(UTC) + timedelta(seconds=lead)
         for r in cell.start(wall0):
             send.plan(mono0, r)
         spare = iter(range(cell.spare_nodes))
@@ -186,30 +188,26 @@ def storm(settings: Settings, bootstrap: str, conf: dict[str, Any], ns: str, siz
         steady_tags = [xid_at(t_probe + 0.5 * k) for k in range(sizes.steady_xids)]
         storm_tags = [xid_at(t_storm + sizes.storm_s * (k + 0.5) / sizes.storm_xids) for k in range(sizes.storm_xids)]
         after_tag = xid_at(t_after)
-        steady = {"second": 0, "events": 0}
-
-        def steady_ahead() -> None:
-            """Plan the steady load up to two seconds ahead (generated as it goes, stamped when due)."""
-            while mono0 + 1 + steady["second"] <= min(time.monotonic() + 2, t_end):
-                at = mono0 + 1 + steady["second"]
-                for i, r in enumerate(cell.steady_tick(steady["second"], _wall(at, mono0, wall0))):
-                    send.plan(at + 0.9 * i / cell.nodes, r)  # the agents spread over the second
-                    steady["events"] += len(r.events)
-                steady["second"] += 1
-
-        send.run_until(t_storm - 3, between=steady_ahead)
-        _say(f"steady load of {cell.gpus:,} GPUs under way; planning the storm")
+        steady_events = seconds = 0
+        while mono0 + 1 + seconds <= t_end:
+            at = mono0 + 1 + seconds
+            for i, r in enumerate(cell.steady_tick(seconds, _wall(at, mono0, wall0))):
+                send.plan(at + 0.9 * i / cell.nodes, r)  # the agents spread over the second
+                steady_events += len(r.events)
+            seconds += 1
         storm_records = list(cell.storm(_wall(t_storm, mono0, wall0), seconds=sizes.storm_s))
         storm_events = sum(len(r.events) for r in storm_records)
         for r in storm_records:
             send.plan(t_storm + (r.at - _wall(t_storm, mono0, wall0)).total_seconds(), r)
-        send.run_until(t_end, between=steady_ahead)
+        ahead = mono0 - time.monotonic()
+        _say(f"{send.n:,} records of {cell.gpus:,} GPUs made, {ahead:.1f}s before the first is due; sending")
+        send.run_until(t_end)
         send.p.flush(30)
         _await(cmds, steady_tags + storm_tags + [after_tag], 60)
         lat = {tag: cmds.arrived[tag] - send.sent_at[tag] for tag in send.sent_at if tag in cmds.arrived}
         missing = [t for t in steady_tags + storm_tags + [after_tag] if t not in lat]
         out.update({
-            "steady_events_per_s": round(steady["events"] / max(1, steady["second"])),
+            "steady_events_per_s": round(steady_events / max(1, seconds)),
             "storm_events": storm_events, "storm_seconds": sizes.storm_s,
             "steady_detect_to_command_ms": _ms([lat[t] for t in steady_tags if t in lat]),
             "storm_detect_to_command_ms": _ms([lat[t] for t in storm_tags if t in lat]),
