@@ -1,4 +1,10 @@
-"""Kafka administration over confluent-kafka: create, grow, list and delete a namespace's topics; check the broker."""
+"""Kafka administration over confluent-kafka: create, grow, list and delete a namespace's topics; check the broker.
+
+Every topic created here follows :mod:`common.replication`: as many copies as the plan wants
+(3), or as the cluster has brokers when it has fewer, with ``min.insync.replicas`` to match --
+the namespace's topics and the correlator's own (the ``emitted`` changelog, the snapshots)
+alike, so no stage's writes hang on the one broker holding a topic of one replica.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +16,11 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from common.kafka_logging import with_logger
+from common.replication import replication_configs, replication_for
 from streams.topics import TOPICS, correlator_internal_topics, topic_name
 
-__all__ = ["ensure_topic", "topic_partitions", "grow_topic", "create_namespace_topics", "delete_namespace_topics",
-           "BrokerUnreachable", "check_broker"]
+__all__ = ["ensure_topic", "topic_partitions", "topic_replication", "grow_topic", "create_namespace_topics",
+           "delete_namespace_topics", "BrokerUnreachable", "check_broker"]
 
 
 log = logging.getLogger("faultline.topics")
@@ -37,13 +44,25 @@ def check_broker(conf: dict[str, Any], timeout: float = 10.0) -> None:
             "`faultline broker start`).") from exc
 
 
-def _create(conf: dict[str, Any], new: list[NewTopic], timeout: float = 30.0) -> None:
-    """Create ``new`` (an existing topic is fine), then wait until the broker's metadata lists them.
+def topic_replication(conf: dict[str, Any], timeout: float = 30.0) -> int:
+    """The replication factor a topic created now gets on this cluster (:func:`common.replication.replication_for`)."""
+    return replication_for(len(AdminClient(conf).list_topics(timeout=timeout).brokers))
+
+
+def _create(conf: dict[str, Any], wanted: list[tuple[str, int, dict[str, str]]], timeout: float = 30.0) -> None:
+    """Create each ``(name, partitions, config)`` (an existing topic is fine) at the cluster's replication
+    factor, then wait until the broker's metadata lists them.
 
     A topic whose creation was acknowledged is not yet in every metadata answer (a broker just
     started is still loading); a worker started right after would not find it.
     """
     admin = AdminClient(with_logger(conf))
+    listing = admin.list_topics(timeout=timeout)
+    replication = replication_for(len(listing.brokers))
+    new = [NewTopic(name, num_partitions=partitions, replication_factor=replication,
+                    config={**replication_configs(replication), **config})
+           for name, partitions, config in wanted]
+    _warn_under_replicated(listing, [name for name, _, _ in wanted], replication)
     made = []
     for name, fut in admin.create_topics(new, operation_timeout=timeout).items():
         try:
@@ -66,9 +85,23 @@ def _create(conf: dict[str, Any], new: list[NewTopic], timeout: float = 30.0) ->
             time.sleep(0.2)
 
 
+def _warn_under_replicated(listing: Any, names: list[str], replication: int) -> None:
+    """Say so when a topic already exists with fewer copies than the rule gives it now (created on a smaller
+    cluster, or by an older version): Kafka does not add replicas by itself."""
+    for name in names:
+        meta = listing.topics.get(name)
+        if meta is None or meta.error is not None or not meta.partitions:
+            continue
+        have = min(len(p.replicas) for p in meta.partitions.values())
+        if have < replication:
+            log.warning("topic %s has %d replica(s), not %d: losing its broker stops whoever writes there. "
+                        "Add replicas with kafka-reassign-partitions (or recreate the topic).", name, have,
+                        replication)
+
+
 def ensure_topic(conf: dict[str, Any], name: str, partitions: int, config: dict[str, str]) -> None:
-    """Create ``name`` unless it exists."""
-    _create(conf, [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config)])
+    """Create ``name`` unless it exists, replicated as :mod:`common.replication` says."""
+    _create(conf, [(name, partitions, config)])
 
 
 def topic_partitions(conf: dict[str, Any], name: str, timeout: float = 30.0) -> int | None:
@@ -91,10 +124,9 @@ def grow_topic(conf: dict[str, Any], name: str, partitions: int) -> None:
 
 def create_namespace_topics(conf: dict[str, Any], namespace: str, partitions: int | None = None) -> list[str]:
     """Create every declared topic of a namespace (``partitions`` overrides the declared count)."""
-    _create(conf, [NewTopic(topic_name(namespace, s), num_partitions=partitions or spec.partitions,
-                            replication_factor=1,
-                            config={"cleanup.policy": spec.cleanup,
-                                    **({"retention.ms": str(spec.retention_ms)} if spec.retention_ms else {})})
+    _create(conf, [(topic_name(namespace, s), partitions or spec.partitions,
+                    {"cleanup.policy": spec.cleanup,
+                     **({"retention.ms": str(spec.retention_ms)} if spec.retention_ms else {})})
                    for s, spec in TOPICS.items()])
     return [topic_name(namespace, s) for s in TOPICS]
 

@@ -64,7 +64,7 @@ import faust
 from faust.types import TP, Message
 
 from common.heap import tune_for_streaming
-from common.kafka_admin import ensure_topic, grow_topic, topic_partitions
+from common.kafka_admin import ensure_topic, grow_topic, topic_partitions, topic_replication
 from common.settings import Settings
 from correlators.broker_auth import faust_credentials
 from correlators.faust_consumer import use_fetch_wait
@@ -107,6 +107,8 @@ def make_app(settings: Settings) -> faust.App:
         web_enabled=False,
         topic_allow_declare=True,  # the changelog of `emitted`; our own topics exist already
         topic_partitions=1,
+        # Faust's own topics (the leader assignor's) replicated like every other (common/replication.py).
+        topic_replication_factor=topic_replication(settings.kafka_config(bootstrap)),
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         # A dead worker's partitions move to a live one after this long (not Faust's default minute).

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+import statistics
+from collections import Counter, deque
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Annotated
 
-from correlators.state_fields import Instant
+from correlators.state_fields import Bounded, Instant
 from correlators.topology import Job
 
 __all__ = ["CollectiveReports", "exit_category", "silence_category", "BmcView"]
@@ -152,6 +155,9 @@ def exit_category(kind: str) -> str | None:
     }.get(kind)
 
 
+BMC_GAPS = 16  # a BMC's poll interval is the median of this many gaps between its reports
+
+
 @dataclass
 class BmcView:
     """The out-of-band view of one node, as far as we have heard."""
@@ -160,6 +166,22 @@ class BmcView:
     reachable: bool = True
     hardware_sel: list[tuple[str, str]] = field(default_factory=list)  # (component, line)
     heard: Instant | None = None  # event time of its newest report (power, SEL or a failed poll)
+    gaps: Annotated[deque[float], Bounded(BMC_GAPS)] = field(default_factory=lambda: deque(maxlen=BMC_GAPS))
+    hardware_at: Instant | None = None  # the newest hardware SEL (or machine check) it, or the kernel, logged
+
+    def report(self, ts: datetime) -> None:
+        """One report (power, SEL line, failed poll) at ``ts``: the newest heard, and the poll cadence."""
+        if self.heard is not None and ts > self.heard:
+            self.gaps.append((ts - self.heard).total_seconds())
+        self.heard = ts if self.heard is None else max(self.heard, ts)
+
+    def interval(self) -> float | None:
+        """Seconds between its polls, learned from its reports (None until two gaps are known)."""
+        return statistics.median(self.gaps) if len(self.gaps) >= 2 else None
+
+    def hardware_fault(self, component: str, line: str, ts: datetime) -> None:
+        self.hardware_sel.append((component, line))
+        self.hardware_at = ts if self.hardware_at is None else max(self.hardware_at, ts)
 
 
 def silence_category(bmc: BmcView, rack_peers_lost: int) -> str:

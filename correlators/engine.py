@@ -10,7 +10,7 @@ How it is put together. Everything the engine remembers is one
 :class:`~correlators.state.EngineState` -- plain typed data, which is exactly
 what a snapshot serialises (:mod:`correlators.snapshots`). The rules are rule
 sets over that state (:mod:`correlators.rules`: scheduler, liveness, hardware,
-training, recovery, operator), composed here, never inherited: each is given
+training, recovery, verification, placement, operator, lemons), composed here, never inherited: each is given
 the state (:class:`~correlators.rules.base.RuleContext`) and the collaborators
 it needs -- the incident lifecycle (:mod:`correlators.lifecycle`), the planner
 (:mod:`correlators.planner`), another rule set -- and declares the event kinds
@@ -58,11 +58,14 @@ from correlators.policy import Policy
 from correlators.quarantine_ledger import QuarantineLedger
 from correlators.rules.base import EventHandler, OnTimer, RuleContext, RuleSet
 from correlators.rules.hardware import HardwareRules
+from correlators.rules.lemons import LemonRules
 from correlators.rules.liveness import LivenessRules
 from correlators.rules.operator import OperatorRules
+from correlators.rules.placement import PlacementRules
 from correlators.rules.recovery import RecoveryRules
 from correlators.rules.scheduler import SchedulerRules
 from correlators.rules.training import TrainingRules
+from correlators.rules.verification import VerificationRules
 from correlators.state import Decision, EngineState
 from correlators.timers import TimerKey, TimerName
 from streams import events as ev
@@ -70,11 +73,7 @@ from streams import events as ev
 __all__ = ["CONTROL", "Correlator", "Decision", "IGNORED", "contract_kinds"]
 
 #: Event kinds no rule judges, and why (each is still archived by the sinks).
-IGNORED: dict[str, str] = {
-    "node_state": "the scheduler's view of a node (ready or not) is archived only: whether a node is down "
-                  "is decided from its own silence and its BMC, which a drain or a maintenance window "
-                  "does not fake",
-}
+IGNORED: dict[str, str] = {}
 #: Event kinds the engine handles itself.
 CONTROL: dict[str, str] = {
     "end_of_capture": "a replay's last record: judge every decision whose evidence is in (finish())",
@@ -98,13 +97,16 @@ class Correlator:
         s = self.state
         ctx = RuleContext(s, policy, self._out)
         planner = Planner(policy, s.topology, s.ledger, s.hardware_work)
-        life = IncidentLifecycle(ctx, planner)
+        lemons = LemonRules(ctx)  # watches the lifecycle's versions: a lemon is fenced before its restart
+        life = IncidentLifecycle(ctx, planner, watcher=lemons)
         recovery = RecoveryRules(ctx, life, planner)
-        training = TrainingRules(ctx, life, recovery)
+        verification = VerificationRules(ctx, life, planner)
+        training = TrainingRules(ctx, life, verification)
         hardware = HardwareRules(ctx, life)
+        placement = PlacementRules(ctx, life, planner)
         self.rule_sets: tuple[RuleSet, ...] = (
-            SchedulerRules(ctx, life, recovery, training), LivenessRules(ctx, hardware), hardware, training,
-            recovery, OperatorRules(ctx))
+            SchedulerRules(ctx, life, verification, placement, training), LivenessRules(ctx, hardware), hardware,
+            training, recovery, verification, placement, OperatorRules(ctx), lemons)
         self.handlers, self.on_timer = _tables(self.rule_sets)
 
     # --- what tests and the worker read --------------------------------------------------

@@ -37,3 +37,4 @@ class Finding:
     gpus: list[int] = field(default_factory=list)
     reason: str = ""
     evidence: str | None = None  # event id
+    belongs_to: str | None = None  # the incident this failure continues (a restart that did not load), if known

@@ -11,7 +11,11 @@ from correlators.policy import Thresholds
 from correlators.state_fields import Bounded, Instant
 from streams.events import GpuMetrics
 
-__all__ = ["GpuHealth"]
+__all__ = ["GpuHealth", "Reading", "READINGS"]
+
+READINGS = 12  # utilisation and power readings kept per GPU (a hang is judged on the last few)
+#: (when, utilisation %, power W) of one NVML sample
+Reading = tuple[Instant, float | None, float | None]
 
 
 @dataclass
@@ -23,6 +27,7 @@ class GpuHealth:
     hot_since: Instant | None = None
     pending_remap_at: Instant | None = None  # the newest reading that showed remapped rows pending
     remap_reading: tuple[Instant, bool] | None = None  # the newest reading of the flag, either way
+    recent: Annotated[deque[Reading], Bounded(READINGS)] = field(default_factory=lambda: deque(maxlen=READINGS))
 
     def note_sbe(self, ts: datetime, t: Thresholds) -> bool:
         """Record one single-bit ECC signal; True when the trend is now degradation."""
@@ -45,6 +50,8 @@ class GpuHealth:
     def observe(self, ts: datetime, m: GpuMetrics, t: Thresholds) -> list[tuple[str, str]]:
         """(category, reason) pairs this sample newly indicates."""
         out: list[tuple[str, str]] = []
+        if m.utilization_pct is not None or m.power_w is not None:
+            self.recent.append((ts, m.utilization_pct, m.power_w))
         # every counter is read on every sample (no short-circuit), so each keeps its own base
         dbe_up = self._rose("dbe_volatile", m.ecc_dbe_volatile)
         dbe_up = self._rose("dbe_aggregate", m.ecc_dbe_aggregate) or dbe_up

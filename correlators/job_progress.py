@@ -1,4 +1,10 @@
-"""What a job's own reports say: steps, throughput, loss, checkpoints, and that the trainer is alive."""
+"""What a job's own reports say: steps, throughput, loss, checkpoints, and that the trainer is alive.
+
+Two horizons: the job as a whole (its cadence, its pre-failure throughput baseline, its
+checkpoints: :class:`~correlators.checkpoints.CheckpointBook`) and its current *run* (since its
+newest ``job_started``): how many steps, at what throughput, since when -- what a restart's
+verification judges, and the steps a hang is timed against.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +15,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated
 
+from correlators.checkpoints import CheckpointBook
 from correlators.state_fields import Bounded, Instant
 
 __all__ = ["Checkpoint", "JobProgress"]
 
 STEP_GAPS = 50  # the step cadence is the median of this many gaps
 THROUGHPUT_READINGS = 30  # the baseline throughput is the median of this many readings
+RUN_READINGS = 5  # the current run's throughput is the median of this many (one slow step is not slowness)
+SAVES = 8  # how long a checkpoint save takes: the longest of this many
 
 
 @dataclass
@@ -33,40 +42,86 @@ class JobProgress:
     throughput: Annotated[deque[float], Bounded(THROUGHPUT_READINGS)] = field(
         default_factory=lambda: deque(maxlen=THROUGHPUT_READINGS))
     losses: Annotated[deque[tuple[Instant, float]], Bounded()] = field(default_factory=deque)  # loss_plateau_s
-    newest_checkpoint: Checkpoint | None = None
+    checkpoints: CheckpointBook = field(default_factory=CheckpointBook)
+    save_seconds: Annotated[deque[float], Bounded(SAVES)] = field(default_factory=lambda: deque(maxlen=SAVES))
     checkpoint_failures: int = 0
     # The newest trainer heartbeat: the training process is alive (between steps, a long
-    # checkpoint, a slow first step). No rule reads it yet; it is here for a hang rule that tells
-    # a trainer stuck inside a step (alive, no step) from one that is gone (silent).
+    # checkpoint, a slow first step); a hang rule reads it to tell a trainer stuck inside a step
+    # (alive, no step) from one that is gone (silent).
     heartbeat_ts: Instant | None = None
+    # --- the current run
+    run_started: Instant | None = None
+    run_steps: int = 0
+    run_first_step_ts: Instant | None = None
+    run_throughput: Annotated[deque[float], Bounded(RUN_READINGS)] = field(
+        default_factory=lambda: deque(maxlen=RUN_READINGS))
+    run_loss_bad: bool = False  # the run's newest loss is NaN or infinite
 
     def on_heartbeat(self, ts: datetime) -> None:
         if self.heartbeat_ts is None or ts > self.heartbeat_ts:
             self.heartbeat_ts = ts
 
+    def on_run_start(self, ts: datetime, loading: int | None, path: str | None) -> None:
+        """A new run (``job_started``): its own counters start again; ``loading``: the step it is to load."""
+        self.run_started, self.run_steps, self.run_first_step_ts, self.run_loss_bad = ts, 0, None, False
+        self.run_throughput.clear()
+        self.step_gaps.clear()  # the gap across a restart is no step interval
+        self.checkpoints.on_run_start(ts, loading, path)
+
     def on_step(self, ts: datetime, step: int, loss: float | None, samples_per_s: float | None,
                 loss_window_s: float) -> None:
-        if self.last_step_ts is not None and ts > self.last_step_ts:
-            self.step_gaps.append((ts - self.last_step_ts).total_seconds())
+        in_run = self.run_started is None or ts >= self.run_started
+        since = self.last_step_ts
+        if since is None or (self.run_started is not None and since < self.run_started):
+            since = self.run_started  # the run's first step: its start up to it is the first interval
+        if since is not None and ts > since and in_run:
+            self.step_gaps.append((ts - since).total_seconds())
         if self.last_step_ts is None or ts >= self.last_step_ts:
             self.last_step, self.last_step_ts = step, ts
+        if in_run:
+            self.run_steps += 1
+            if self.run_first_step_ts is None:
+                self.run_first_step_ts = ts
+            if loss is not None:
+                self.run_loss_bad = not math.isfinite(loss)
         if samples_per_s is not None and math.isfinite(samples_per_s):
             self.throughput.append(samples_per_s)
+            if in_run:
+                self.run_throughput.append(samples_per_s)
         if loss is not None and math.isfinite(loss):
             self.losses.append((ts, loss))
             while self.losses and (ts - self.losses[0][0]).total_seconds() > loss_window_s:
                 self.losses.popleft()
 
-    def on_checkpoint_saved(self, ts: datetime, step: int, path: str | None) -> None:
-        if self.newest_checkpoint is None or step >= self.newest_checkpoint.step:
-            self.newest_checkpoint = Checkpoint(step, path, ts)
+    def on_checkpoint_saved(self, ts: datetime, step: int, path: str | None, node: str | None = None,
+                            local: bool = False, seconds: float | None = None) -> None:
+        self.checkpoints.on_saved(ts, step, path, node, local)
+        if seconds is not None and math.isfinite(seconds) and seconds >= 0:
+            self.save_seconds.append(seconds)
         self.checkpoint_failures = 0
+
+    @property
+    def newest_checkpoint(self) -> Checkpoint | None:
+        """The newest valid checkpoint of the job's current lineage (:class:`CheckpointBook`)."""
+        ck = self.checkpoints.newest()
+        return Checkpoint(ck.step, ck.path, ck.ts) if ck else None
 
     def usual_step_gap(self) -> float | None:
         return statistics.median(self.step_gaps) if self.step_gaps else None
 
+    def longest_step_gap(self) -> float | None:
+        """The longest of the recent step intervals (a hang is timed against the slowest normal step)."""
+        return max(self.step_gaps) if self.step_gaps else None
+
+    def longest_save(self) -> float:
+        return max(self.save_seconds) if self.save_seconds else 0.0
+
     def baseline_throughput(self) -> float | None:
         return statistics.median(self.throughput) if self.throughput else None
+
+    def run_rate(self) -> float | None:
+        """The current run's throughput: the median of its last few readings."""
+        return statistics.median(self.run_throughput) if self.run_throughput else None
 
     def loss_plateaued(self, window_s: float, min_improvement: float) -> bool:
         """No improvement of at least ``min_improvement`` (a fraction) across a full window."""

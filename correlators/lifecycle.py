@@ -6,7 +6,17 @@ settled, because the hardware that caused it often reports a moment later (a
 late kernel line, a node whose silence is still being timed). Hardware causes
 publish at once: fencing is urgent. When a job fails again for the cause of a
 recent incident of its own (a restart loop), that incident is reopened rather
-than a second one opened.
+than a second one opened; so is the incident a failure is known to continue
+(the job's restart did not load its checkpoint, or the scheduler put the job back
+on hardware that incident fenced: :attr:`~correlators.topology.Job.breach`).
+
+Hardware evidence that arrives while an incident is open belongs to the hardware
+it names: more of the same cause is more culprit hardware; another cause on
+other hardware is a second culprit (:class:`~correlators.incident_state.OtherFault`)
+fenced by its own category's rule, a stronger one takes the incident over and
+the previous culprit becomes the second. Every round of an incident (the first
+failure, each failure again) opens its restart gate
+(:class:`~correlators.restart_gate.GateJudge`).
 
 :class:`IncidentLifecycle` is the collaborator every rule set shares (it is
 given to them, not inherited): the rules say what they found
@@ -17,27 +27,43 @@ the lifecycle decides which incident that is and what is published.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Protocol
 
-from correlators.findings import HARDWARE_CATEGORIES, PRIORITY, Finding
-from correlators.incident_state import OpenIncident, stable_id
+from correlators.findings import HARDWARE_CATEGORIES, NODE_CATEGORIES, PRIORITY, Finding
+from correlators.incident_state import OpenIncident, OtherFault, stable_id
 from correlators.planner import Planner
+from correlators.restart_gate import GateJudge, waiting_text
 from correlators.rules.base import RuleContext
 
-__all__ = ["ACTIVE", "DONE", "IncidentLifecycle"]
+__all__ = ["ACTIVE", "DONE", "IncidentLifecycle", "VersionWatcher"]
 
 ACTIVE = ("open", "mitigating", "restarting", "awaiting_approval")
 DONE = ("resolved", "closed")
+FINISHED = ("resolved", "closed", "escalated")
+
+
+class VersionWatcher(Protocol):
+    """A rule set told of every published incident version, before the lifecycle goes on (so a fence it
+    decides precedes the restart the incident asks for next): :class:`~correlators.rules.lemons.LemonRules`."""
+
+    def on_version(self, inc: OpenIncident, now: datetime) -> None: ...
 
 
 class IncidentLifecycle:
     """Failure and condition incidents over the engine's state; what they publish goes to the outbox."""
 
-    def __init__(self, ctx: RuleContext, planner: Planner) -> None:
+    def __init__(self, ctx: RuleContext, planner: Planner, watcher: VersionWatcher | None = None) -> None:
         self.state = ctx.state
         self.p = ctx.policy
         self.out = ctx.out
         self.plan = planner
         self.queue = ctx.state.timers
+        self.watcher = watcher
+
+    @property
+    def gate(self) -> GateJudge:
+        """The restart gate's judge over the same state (it keeps nothing: made when asked for)."""
+        return GateJudge(self.state, self.p)
 
     # --- failure incidents: one per job at a time, refined to the strongest cause -------
     def failure(self, job: str, f: Finding) -> OpenIncident:
@@ -47,40 +73,139 @@ class IncidentLifecycle:
         if inc is not None and inc.state in ACTIVE:
             self._refine(inc, f)
             return s.incidents[s.failure[job]]
+        carrier = self._continued(job, f)
+        if carrier is not None:
+            return self._again(carrier, f)
         inc = self._new(job, None, f)
         inc.held = f.category not in HARDWARE_CATEGORIES
+        j = s.topology.jobs.get(job)
+        inc.run = j.starts if j is not None else 0
         s.failure[job] = inc.ref
         # settle from when we learnt of it: a late line gives the evidence after it the same time
         start = max(f.ts, s.clock or f.ts)
         self.queue.arm_after("settle", (inc.id,), start, self.p.timing.settle_s)
         inc.settle_deadline = start + timedelta(seconds=self.p.timing.max_settle_s)
+        self.gate.open(inc, s.topology.jobs.get(job), f.ts, s.clock or f.ts)
         if not inc.held:
             self.publish(inc, s.clock or f.ts)
         return s.incidents[s.failure[job]]
 
+    def _continued(self, job: str, f: Finding) -> OpenIncident | None:
+        """The incident this failure continues, if one is known: the restart that did not load, or the run
+        the scheduler started on hardware an incident had fenced."""
+        s = self.state
+        j = s.topology.jobs.get(job)
+        for inc_id in (f.belongs_to, j.breach if j is not None else None):
+            inc = s.incident(inc_id) if inc_id else None
+            if inc is not None and inc.job == job and inc.state != "closed":
+                return inc
+        held = s.failure_of(job)  # waiting for a person, and the job has not run again since: the same failure
+        if held is not None and held.state == "escalated" and j is not None and held.run == j.starts:
+            return held
+        return None
+
+    def _again(self, inc: OpenIncident, f: Finding) -> OpenIncident:
+        """``inc``'s job failed again in a way that is ``inc``'s own: a new round of it (an escalated one
+        only gathers the evidence: a person decides now)."""
+        s = self.state
+        now = s.clock or f.ts
+        inc.add_evidence(f.evidence)
+        s.failure[inc.job or ""] = inc.ref
+        if inc.state == "escalated":  # a person decides the restart; new broken hardware is fenced all the same
+            if f.category in HARDWARE_CATEGORIES and any(self._hardware(inc, f)):
+                self.emit(inc, now)
+                self.immediate(inc, now)
+                self.out.extend(self.plan.notify(inc, now, f"{f.reason}: fenced too; the incident still waits "
+                                                           "for a person before any restart", "page"))
+            return inc
+        if f.category in HARDWARE_CATEGORIES:
+            self._hardware(inc, f)
+        self.queue.cancel("verify", (inc.id,))
+        self._new_round(inc, f.ts, now, f"failed again: {f.reason}")
+        self.immediate(inc, now)
+        return inc
+
+    def _new_round(self, inc: OpenIncident, failure_at: datetime, now: datetime, why: str) -> None:
+        """Back to open: settle again and judge the job's hardware again before the next restart."""
+        self.set_state(inc, "open", now, why)
+        self.queue.arm_after("settle", (inc.id,), now, self.p.timing.settle_s)
+        inc.settle_deadline = now + timedelta(seconds=self.p.timing.max_settle_s)
+        self.gate.open(inc, self.state.topology.jobs.get(inc.job or ""), failure_at, now)
+
     def _refine(self, inc: OpenIncident, f: Finding) -> None:
         inc.add_evidence(f.evidence)
         now = self.state.clock or f.ts
-        changed = new_hardware = False
+        changed = False
         if f.ts < inc.opened_at:
             inc.opened_at, changed = f.ts, True
+            self.gate.earlier(inc, f.ts)
         if PRIORITY[f.category] > PRIORITY[inc.category]:
-            inc.category, inc.node, inc.gpus, inc.more = f.category, f.node, set(f.gpus), {}
-            inc.severity, inc.summary, changed = self.p.rule(f.category).severity, f.reason, True
-            new_hardware = f.category in HARDWARE_CATEGORIES and not self._fenced(f)
             self._extend_settle(inc)
-        elif f.category == inc.category and f.category in HARDWARE_CATEGORIES:
-            new_hardware = inc.blame(f.node, set(f.gpus))
-            changed = changed or new_hardware
+        new_hardware, taken = self._hardware(inc, f) if f.category in HARDWARE_CATEGORIES else (False, False)
+        if PRIORITY[f.category] > PRIORITY[inc.category] and not taken:  # a cause of no hardware of its own
+            inc.category, inc.more = f.category, {}
+            inc.node, inc.gpus = f.node, set(f.gpus)
+            inc.severity, inc.summary = self.p.rule(f.category).severity, f.reason
+            taken = True
+        changed = changed or taken or new_hardware
+        told = ""
         if new_hardware and inc.state in ("restarting", "awaiting_approval"):
-            # the restart already asked for does not avoid this hardware: fence it, then restart again
-            self.set_state(inc, "open", now, f"more hardware after the restart: {f.reason}")
-            self.queue.arm_after("settle", (inc.id,), now, self.p.timing.settle_s / 2)
+            if inc.avoided(f.node, set(f.gpus)):
+                told = f"{f.reason}: the restart already left it out"
+            else:  # the restart already asked for does not avoid this hardware: fence it, then restart again
+                self.queue.arm_after("settle", (inc.id,), now, self.p.timing.settle_s / 2)
+                self.set_state(inc, "open", now, f"more hardware after the restart: {f.reason}")
+                self.gate.open(inc, self.state.topology.jobs.get(inc.job or ""), f.ts, now)
         if inc.held and inc.category in HARDWARE_CATEGORIES:
             self.publish(inc, now)
         elif changed and not inc.held:
             self.emit(inc, now)
             self.immediate(inc, now)
+            if told:  # fenced after the restart that avoids it: say so (no second restart needed)
+                self.out.extend(self.plan.notify(inc, now, told, inc.severity))
+
+    def _hardware(self, inc: OpenIncident, f: Finding) -> tuple[bool, bool]:
+        """Hardware evidence ``f`` joins ``inc``: (new hardware to fence, whether ``f`` took the incident over).
+
+        A stronger cause takes the incident over (the previous culprit, when it is other hardware, stays
+        a culprit of its own cause); the same cause adds culprit hardware; a weaker cause on hardware
+        the incident does not blame yet is a second culprit of its own cause."""
+        if PRIORITY[f.category] > PRIORITY[inc.category]:
+            if inc.category in HARDWARE_CATEGORIES and inc.node is not None:
+                for node, gpus in inc.hardware():
+                    if not self._covers(f, node, gpus):
+                        self._other(inc, inc.category, node, gpus, inc.summary, inc.opened_at)
+            inc.category, inc.node, inc.gpus, inc.more = f.category, f.node, set(f.gpus), {}
+            inc.severity, inc.summary = self.p.rule(f.category).severity, f.reason
+            return not self._fenced(f), True
+        if f.category == inc.category:
+            return inc.blame(f.node, set(f.gpus)), False
+        if f.node is None or any(self._covers_fault(node, gpus, f) for node, gpus in inc.hardware()):
+            return False, False  # the same hardware, already blamed for a stronger cause
+        return self._other(inc, f.category, f.node, set(f.gpus), f.reason, f.ts), False
+
+    @staticmethod
+    def _covers(f: Finding, node: str, gpus: set[int]) -> bool:
+        """Does ``f`` (a stronger cause) blame this hardware itself (so it needs no culprit of its own)?"""
+        return f.node == node and (f.category in NODE_CATEGORIES or gpus <= set(f.gpus))
+
+    @staticmethod
+    def _covers_fault(node: str, gpus: set[int], f: Finding) -> bool:
+        """Is ``f`` (a weaker cause) about hardware already blamed: the node (wholly), or those GPUs?"""
+        return node == f.node and (not gpus or not f.gpus or set(f.gpus) <= gpus)
+
+    def _other(self, inc: OpenIncident, category: str, node: str, gpus: set[int], reason: str,
+               ts: datetime | None) -> bool:
+        """Record a second culprit of ``category``; True when its hardware is new to the incident."""
+        o = inc.other(category, node)
+        if o is None:
+            inc.others.append(OtherFault(category, node, set(gpus), reason, ts))
+            inc.summary = f"{inc.summary}; also {reason} ({category})" if inc.summary else reason
+            return True
+        if gpus <= o.gpus:
+            return False
+        o.gpus |= gpus
+        return True
 
     def _fenced(self, f: Finding) -> bool:
         """Is the hardware of ``f`` out of service already (its node cordoned, or every GPU quarantined)?"""
@@ -97,7 +222,7 @@ class IncidentLifecycle:
         if current is None:
             return
         wanted = max(current, clock + timedelta(seconds=self.p.timing.settle_s / 2))
-        self.queue.arm("settle", (inc.id,), min(wanted, inc.settle_deadline))
+        self.queue.arm("settle", (inc.id,), max(clock, min(wanted, inc.settle_deadline)))  # never in the past
 
     def publish(self, inc: OpenIncident, now: datetime) -> OpenIncident:
         """Make a held (or new) failure incident public, or fold it into the job's incident of the same cause."""
@@ -139,8 +264,11 @@ class IncidentLifecycle:
             prev.blame(inc.node, inc.gpus)
         for n, g in inc.more.items():
             prev.blame(n, g)
+        for o in inc.others:
+            self._other(prev, o.category, o.node, o.gpus, o.reason, o.ts)
         prev.reports = inc.reports
         prev.settle_deadline = inc.settle_deadline
+        self.gate.hand_over(inc, prev)  # the round of the new failure, with what was heard since it
         self.state.failure[prev.job or ""] = prev.ref
         self.state.drop(inc)  # nothing names it any more: the job's failure is prev now
         self.set_state(prev, "open", now, f"failed again: {inc.summary}")
@@ -186,32 +314,37 @@ class IncidentLifecycle:
         """Issue the incident's non-restart actions not issued yet (fences first); a held incident issues none."""
         if inc.held:
             return
-        cmds = self.plan.immediate(inc, now)
-        if only is not None:
-            cmds = [c for c in cmds if c.type in only]
+        cmds = self.plan.immediate(inc, now, only)
         self.out.extend(cmds)
         if cmds and inc.state == "open" and inc.category in HARDWARE_CATEGORIES:
             self.set_state(inc, "mitigating", now)
 
     def emit(self, inc: OpenIncident, now: datetime) -> None:
-        """A new version of the incident; published unless it is held."""
+        """A new version of the incident; published unless it is held. Its summary ends with what its
+        restart gate waits for, while it waits (the current fact, never kept in the summary itself)."""
         inc.version += 1
         inc.updated_at = now
         if inc.held:
             return
         topo = self.state.topology
         gpu_ids = [topo.gpu_id(inc.node, i) for i in sorted(inc.gpus)] if inc.node else []
-        self.out.append(inc.to_model(gpu_ids))
+        waiting = waiting_text(inc.gate.waiting) if inc.gate is not None and not inc.gate.passed else ""
+        summary = "; ".join(x for x in (inc.summary, waiting) if x)
+        self.out.append(inc.to_model(gpu_ids, topo.gpu_id, summary))
+        if self.watcher is not None:
+            self.watcher.on_version(inc, now)
 
     def set_state(self, inc: OpenIncident, state: str, now: datetime, why: str = "") -> None:
         if inc.state != state:
             inc.state = state
             if why:
                 inc.summary = f"{inc.summary}; {why}" if inc.summary else why
+            if state in FINISHED:
+                self.gate.close(inc)
             self.emit(inc, now)
 
     def open_for_job(self, job: str) -> list[OpenIncident]:
         """The job's incidents not finished yet, its held failure included."""
-        live = [i for i in self.state.history(job) if i.state not in ("resolved", "closed", "escalated")]
+        live = [i for i in self.state.history(job) if i.state not in FINISHED]
         held = self.state.failure_of(job)
         return live + ([held] if held is not None and held.held else [])

@@ -2,11 +2,21 @@
 
 Fencing (quarantine, cordon, drain) comes first, then tickets and approvals,
 then notifications; the restart is planned separately once the failure has
-settled, so it is always issued after the fence that it avoids.
+settled and its gate has a verdict on every piece of the failed hardware, so it
+is always issued after the fence that it avoids. An incident's second culprits
+(hardware of another cause found while it was open) are fenced by their own
+category's rule, in the same order.
+
+A restart asks for what the job needs, not for a server: its GPU class (from the
+scheduler's ``job_started``), the count its elasticity allows once the excluded
+hardware is left out, the newest valid checkpoint, and what to avoid -- the
+fenced hardware, and what the gate excluded without a fence (suspect, or no
+verdict in time), each with why.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -24,6 +34,9 @@ IMMEDIATE_ORDER = ("quarantine_gpu", "cordon_node", "drain_node", "reset_gpu", "
 APPROVAL_ALWAYS = frozenset({"reset_gpu", "reboot_node"})
 # Work on hardware that one request covers, whichever incident (job) asks first.
 HARDWARE_ONCE = frozenset({"drain_node", "reboot_node", "reset_gpu", "validate_gpu", "open_ticket"})
+# What a second culprit of an incident gets from its own category's rule: its fence and its repair.
+OTHER_ACTIONS = frozenset({"quarantine_gpu", "cordon_node", "drain_node", "reset_gpu", "reboot_node", "validate_gpu",
+                           "open_ticket"})
 TICKET_KIND = {
     "gpu_off_bus": "rma", "gpu_memory_fault": "rma", "gpu_nvlink_fault": "repair",
     "gpu_firmware_fault": "repair", "gpu_ecc_degradation": "rma", "gpu_thermal": "cooling",
@@ -52,24 +65,32 @@ class Planner:
     ledger: QuarantineLedger
     hardware_work: dict[str, list[WorkOwner]] = field(default_factory=dict)
 
-    def immediate(self, inc: OpenIncident, now: datetime) -> list[Command]:
+    def immediate(self, inc: OpenIncident, now: datetime, only: tuple[str, ...] | None = None) -> list[Command]:
         """Every non-restart action of the incident's category not yet issued for it (or, for work on
-        hardware, for another incident: two jobs on one dead node get one drain and one ticket)."""
-        actions = set(self.policy.rule(inc.category).actions)
-        out: list[Command] = []
+        hardware, for another incident: two jobs on one dead node get one drain and one ticket), then those
+        of its second culprits' categories for their hardware (fences and tickets). ``only``: of these types
+        alone -- the others are not planned at all (planning a fence records it in the ledger)."""
+        keep = set(only) if only is not None else None
+        groups = [(inc.category, inc.hardware(), set(self.policy.rule(inc.category).actions))]
+        groups += [(o.category, [(o.node, o.gpus)], set(self.policy.rule(o.category).actions) & OTHER_ACTIONS)
+                   for o in inc.others]
+        if keep is not None:
+            groups = [(c, hw, actions & keep) for c, hw, actions in groups]
+        out: list[tuple[str, Command]] = []
         for action in IMMEDIATE_ORDER:
-            if action in actions:
-                out.extend(self._action(inc, action, now))
-        return [c for c in out if self._first_for_hardware(inc, c) and self._fresh(inc, c)]
+            for category, hardware, actions in groups:
+                if action in actions:
+                    out.extend((category, c) for c in self._action(inc, category, hardware, action, now))
+        return [c for category, c in out if self._first_for_hardware(inc, category, c) and self._fresh(inc, c)]
 
-    def _first_for_hardware(self, inc: OpenIncident, cmd: Command) -> bool:
+    def _first_for_hardware(self, inc: OpenIncident, category: str, cmd: Command) -> bool:
         if cmd.type not in HARDWARE_ONCE or cmd.target.node is None:
             return True
         owners = self.hardware_work.setdefault(cmd.target.node, [])
         for w in owners:
-            if (w.type, w.category, w.gpu) == (cmd.type, inc.category, cmd.target.gpu):
+            if (w.type, w.category, w.gpu) == (cmd.type, category, cmd.target.gpu):
                 return w.incident == inc.id
-        owners.append(WorkOwner(cmd.type, inc.category, cmd.target.gpu, inc.id))
+        owners.append(WorkOwner(cmd.type, category, cmd.target.gpu, inc.id))
         return True
 
     def notify(self, inc: OpenIncident, now: datetime, message: str, severity: str) -> list[Command]:
@@ -77,58 +98,89 @@ class Planner:
         return [cmd] if self._fresh(inc, cmd) else []
 
     def restart(self, inc: OpenIncident, job: Job, checkpoint: dict[str, Any] | None, now: datetime,
-                requires_approval: bool, reason: str, extra_exclude_nodes: list[str]) -> Command:
+                requires_approval: bool, reason: str, extra_exclude_nodes: list[str],
+                extra_exclude_gpus: Sequence[tuple[str, int]] = (), extra: dict[str, Any] | None = None) -> Command:
+        """The restart command: fenced hardware and ``extra_exclude_*`` left out, the size that leaves, the
+        job's GPU class; ``extra`` params (the gate's exclusions, what the checkpoint choice cost)."""
         exclude_nodes = sorted(set(self.ledger.nodes) | set(extra_exclude_nodes))
-        exclude_gpus = sorted(self.topo.gpu_id(n, i) for (n, i) in self.ledger.quarantined()
-                              if n not in exclude_nodes)
-        params = {
+        out = set(exclude_nodes)
+        gpus = {(n, i) for (n, i) in self.ledger.quarantined() if n not in out}
+        gpus |= {(n, i) for (n, i) in extra_exclude_gpus if n not in out}
+        exclude_gpus = sorted(self.topo.gpu_id(n, i) for (n, i) in gpus)
+        params: dict[str, Any] = {
             "checkpoint": checkpoint,
-            "gpus": self._restart_size(job, set(exclude_nodes)),
+            "gpus": self._restart_size(job, out, gpus),
+            "gpu_class": job.spec.gpu_class,
             "exclude": {"nodes": exclude_nodes, "gpus": exclude_gpus},
             "attempt": inc.restart_attempts + 1,
+            **(extra or {}),
         }
+        capacity = self._capacity(job, out, gpus)
+        if capacity is not None:
+            params["capacity_known"] = capacity
+        inc.avoided_nodes = set(out)
+        inc.avoided_gpus = {}
+        for n, i in gpus:
+            inc.avoided_gpus.setdefault(n, set()).add(i)
         cmd = self._cmd(inc, "restart_job", now, Target(job=job.name), params, tag=str(inc.restart_attempts + 1),
                         requires_approval=requires_approval, reason=reason)
         inc.issued.add(cmd.id)
         return cmd
 
     # --- helpers -------------------------------------------------------------------
-    def _restart_size(self, job: Job, excluded_nodes: set[str]) -> int:
+    def _restart_size(self, job: Job, excluded_nodes: set[str], excluded_gpus: set[tuple[str, int]]) -> int:
         world = job.world_size
         el = job.spec.elastic
         if el is None or el.min_gpus == el.max_gpus:
             return el.max_gpus if el else world
-        lost = sum(1 for (n, i) in job.rank_of if n in excluded_nodes or self.ledger.is_fenced(n, i))
+        lost = sum(1 for (n, i) in job.rank_of if n in excluded_nodes or (n, i) in excluded_gpus
+                   or self.ledger.is_fenced(n, i))
         return max(el.min_gpus, min(el.max_gpus, world - lost))
 
-    def _action(self, inc: OpenIncident, action: str, now: datetime) -> list[Command]:
-        fence = Fence(now, inc.id, inc.category)
+    def _capacity(self, job: Job, excluded_nodes: set[str], excluded_gpus: set[tuple[str, int]]) -> int | None:
+        """Healthy GPUs the job could run on as far as this cell knows: its own that are left, and those of the
+        inventory no other running job holds (None: no inventory known)."""
+        if not any(n.gpus for n in self.topo.nodes.values()):
+            return None
+        busy = {place for j in self.topo.jobs.values() if j.running and j.name != job.name for place in j.rank_of}
+        return sum(1 for n in self.topo.nodes.values() if n.name not in excluded_nodes and not self.ledger.is_fenced(n.name)
+                   for i in n.gpus if (n.name, i) not in excluded_gpus and not self.ledger.is_fenced(n.name, i)
+                   and (n.name, i) not in busy)
+
+    def _action(self, inc: OpenIncident, category: str, hardware: list[tuple[str, set[int]]], action: str,
+                now: datetime) -> list[Command]:
         out: list[Command] = []
         if action in ("quarantine_gpu", "reset_gpu", "validate_gpu"):
-            for node, gpus in inc.hardware():
+            for node, gpus in hardware:
                 for i in sorted(gpus):
-                    if action == "quarantine_gpu" and not self.ledger.quarantine(node, i, fence):
+                    cmd = self._cmd(inc, action, now, Target(job=inc.job, node=node, gpu=self.topo.gpu_id(node, i)),
+                                    {"reason": category})
+                    if action == "quarantine_gpu" and not self.ledger.quarantine(
+                            node, i, Fence(now, inc.id, category, cmd.id)):
                         continue
-                    out.append(self._cmd(inc, action, now, Target(job=inc.job, node=node, gpu=self.topo.gpu_id(node, i)),
-                                         {"reason": inc.category}))
+                    out.append(cmd)
             return out
         if action in ("cordon_node", "drain_node", "reboot_node"):
-            for node, _ in inc.hardware():
-                if action == "cordon_node" and not self.ledger.cordon(node, fence):
+            for node, _ in hardware:
+                cmd = self._cmd(inc, action, now, Target(job=inc.job, node=node), {"reason": category})
+                if action == "cordon_node" and not self.ledger.cordon(node, Fence(now, inc.id, category, cmd.id)):
                     continue
-                out.append(self._cmd(inc, action, now, Target(job=inc.job, node=node), {"reason": inc.category}))
+                out.append(cmd)
             return out
         if action == "open_ticket":
-            blamed = sorted(inc.gpus)
-            one = inc.node is not None and len(blamed) == 1 and not inc.more
-            gpu = self.topo.gpu_id(inc.node, blamed[0]) if one and inc.node else None
-            return [self._cmd(inc, action, now, Target(job=inc.job, node=inc.node, gpu=gpu), {
-                "kind": TICKET_KIND.get(inc.category, "investigate"),
-                "category": inc.category,
-                "nodes": [n for n, _ in inc.hardware()],
-                "gpus": [self.topo.gpu_id(n, i) for n, g in inc.hardware() for i in sorted(g)],
-                "summary": inc.summary,
-            })]
+            main = category == inc.category
+            first, blamed = (hardware[0] if hardware else (None, set()))
+            one = first is not None and len(blamed) == 1 and (not main or not inc.more)
+            gpu = self.topo.gpu_id(first, sorted(blamed)[0]) if one and first else None
+            summary = inc.summary if main else next((o.reason for o in inc.others if o.category == category
+                                                     and o.node == first), category)
+            return [self._cmd(inc, action, now, Target(job=inc.job, node=first, gpu=gpu), {
+                "kind": TICKET_KIND.get(category, "investigate"),
+                "category": category,
+                "nodes": [n for n, _ in hardware],
+                "gpus": [self.topo.gpu_id(n, i) for n, g in hardware for i in sorted(g)],
+                "summary": summary,
+            }, tag="" if main else category)]
         if action == "notify":
             return [self._notify_cmd(inc, now, inc.summary or inc.category, inc.severity)]
         return []

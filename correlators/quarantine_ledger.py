@@ -14,6 +14,7 @@ class Fence:
     since: Instant
     incident: str
     reason: str
+    command: str | None = None  # the quarantine_gpu / cordon_node command that carries it out
 
 
 @dataclass

@@ -41,6 +41,8 @@ from correlators.findings import Finding
 from correlators.gpu_health import GpuHealth
 from correlators.incident_state import OpenIncident
 from correlators.job_progress import JobProgress
+from correlators.lemons import LemonBook
+from correlators.nvml_presence import NvmlNode
 from correlators.planner import WorkOwner
 from correlators.quarantine_ledger import QuarantineLedger
 from correlators.state_fields import Bounded, Instant
@@ -100,6 +102,14 @@ class Heartbeat:
     gaps: Annotated[deque[float], Bounded(HEARTBEAT_GAPS)] = field(
         default_factory=lambda: deque(maxlen=HEARTBEAT_GAPS))
 
+    def usual(self) -> float | None:
+        """The agent's cadence: the median gap, once two are known (silence means nothing before)."""
+        return sorted(self.gaps)[len(self.gaps) // 2] if len(self.gaps) >= 2 else None
+
+    def judge_step(self) -> float:
+        """How long a silent node's verdict waits after its silence is noticed (the longest recent gap)."""
+        return max(15.0, max(self.gaps) if self.gaps else 0.0)
+
 
 @dataclass
 class LostGpu:
@@ -142,6 +152,9 @@ class EngineState:
     silent: dict[str, Instant] = field(default_factory=dict)  # node -> its last heartbeat before the silence
     judge_from: dict[str, Instant] = field(default_factory=dict)  # when a silent node's verdict was first due
     bmc: dict[str, BmcView] = field(default_factory=dict)
+    bmc_clock: Instant | None = None  # the newest BMC report of the cell (the BMC poller's own time)
+    not_ready: dict[str, Instant] = field(default_factory=dict)  # nodes the scheduler says are not ready, since
+    nvml: dict[str, NvmlNode] = field(default_factory=dict)  # which GPUs NVML still reports, by node
     # --- jobs
     progress: dict[str, JobProgress] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)  # restarts issued, by job
@@ -155,7 +168,10 @@ class EngineState:
     job_conditions: dict[str, dict[str, int]] = field(default_factory=dict)  # job -> category -> incident
     node_conditions: dict[str, dict[str, int]] = field(default_factory=dict)  # job-less hardware: node -> ...
     job_history: dict[str, list[int]] = field(default_factory=dict)  # job -> its published incidents, in order
+    gate_watch: dict[str, list[int]] = field(default_factory=dict)  # node -> incidents whose open gate watches it
     timers: TimerQueue = field(default_factory=TimerQueue)
+    # --- lemons: per GPU and node, the failures blamed on software that implicated it (rules/lemons.py)
+    lemons: LemonBook = field(default_factory=LemonBook)
 
     # --- get or create ----------------------------------------------------------------
     def gpu_health(self, node: str, index: int) -> GpuHealth:
@@ -172,6 +188,12 @@ class EngineState:
         if p is None:
             p = self.progress[job] = JobProgress()
         return p
+
+    def nvml_node(self, node: str) -> NvmlNode:
+        v = self.nvml.get(node)
+        if v is None:
+            v = self.nvml[node] = NvmlNode()
+        return v
 
     def bmc_view(self, node: str) -> BmcView:
         v = self.bmc.get(node)
@@ -230,6 +252,7 @@ class EngineState:
         refs += [("condition", j, r) for by in (self.job_conditions, self.node_conditions)
                  for j, cats in by.items() for r in cats.values()]
         refs += [("history", j, r) for j, rs in self.job_history.items() for r in rs]
+        refs += [("gate watch", n, r) for n, rs in self.gate_watch.items() for r in rs]
         bad += [f"{what} {subject!r} names incident ref {ref}, which is not held"
                 for what, subject, ref in refs if ref not in self.incidents]
         return bad

@@ -55,6 +55,9 @@ class Job:
     starts: int = 1
     running: bool = True
     ended: JobEnd | None = None
+    # The incident whose fenced hardware this run was started on (the scheduler did not enforce the fence):
+    # the failure that follows is that incident's, not a new one.
+    breach: str | None = None
 
     @cached_property
     def rank_of(self) -> dict[tuple[str, int], int]:

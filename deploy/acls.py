@@ -8,7 +8,8 @@ authenticates as a user of its own and is granted exactly what its code does:
 ============  ===================================================================================
 service       grants (``ns`` = the namespace, ``app`` = ``faultline-correlator.<ns>``)
 ============  ===================================================================================
-agent         write ``events``, ``deadletters`` (node agents, scheduler sources, Slurm hooks)
+agent         write ``events``, ``deadletters`` (node agents, scheduler sources, Slurm hooks); read
+              them (no group): after a crash the spool reads back what it had delivered unrecorded
 operator      write ``events`` (quarantine/release), ``approvals`` (approve/deny); read
               ``commands`` (an approval names the exact content it approves)
 correlator    read ``events``; write ``incidents``, ``commands``, ``deadletters``, ``control``;
@@ -108,8 +109,10 @@ def acl_plan(namespace: str, users: Mapping[str, str] | None = None) -> list[Gra
     def topic(suffix: str) -> str:
         return topic_name(namespace, suffix)
 
-    grant("agent", "topic", topic("events"), ["WRITE"], "publishes what the node observes")
-    grant("agent", "topic", topic("deadletters"), ["WRITE"], "observations it could not parse")
+    grant("agent", "topic", topic("events"), ["WRITE", "READ"], "publishes what the node observes; after a "
+          "crash reads back what it had delivered unrecorded, so nothing is sent twice (producers/spool/readback.py)")
+    grant("agent", "topic", topic("deadletters"), ["WRITE", "READ"], "observations it could not parse (read "
+          "back likewise)")
 
     grant("operator", "topic", topic("events"), ["WRITE"], "faultline quarantine / release")
     grant("operator", "topic", topic("approvals"), ["WRITE"], "faultline approve / deny")

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from common.kafka_admin import BrokerUnreachable
 from common.settings import Settings, describe_settings_error
-from faultline.commands import actions, admin, archive, replay, stages, views
+from faultline.commands import actions, admin, archive, backtest, replay, stages, views
 from faultline.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_CODES_HELP,
@@ -35,7 +35,7 @@ from faultline.extras import install_hint
 
 __all__ = ["EXAMPLES", "main", "package_version"]
 
-_GROUPS = (replay, stages, views, actions, archive, admin)
+_GROUPS = (replay, backtest, stages, views, actions, archive, admin)
 
 
 def package_version() -> str:

@@ -9,11 +9,12 @@ repeated signals grouped (:mod:`faultline.story`).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rich.console import Console
 
-from faultline.story import Entry, group, story
+from faultline.story import Entry, gate_lines, group, story
 from faultline.terminal import Column, human_time, make_console, plural, print_table
 from sinks.archive.store import Archive
 
@@ -79,9 +80,18 @@ def incident_data(archive: Archive, incident_id: str) -> dict[str, Any] | None:
     if not rows:
         return None
     inc = rows[0]
-    inc.pop("payload", None)
+    payload = _payload(inc.pop("payload", None))
+    inc["gate"], inc["faults"] = payload.get("gate"), payload.get("faults") or []
     entries = group(story(archive, inc))
     return {"incident": inc, "timeline": [_entry_json(e) for e in entries]}
+
+
+def _payload(raw: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if isinstance(raw, str | bytes) else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _entry_json(e: Entry) -> dict[str, Any]:
@@ -117,6 +127,7 @@ def print_incident(data: dict[str, Any], console: Console | None = None) -> None
     ]
     if inc.get("summary"):
         lines.append(str(inc["summary"]))
+    lines += gate_lines(inc)
     for line in lines:
         c.print(line, markup=False, highlight=False)
     rows = [{"ts": e["ts"], "lane": e["entry_type"], "what": e["what"],

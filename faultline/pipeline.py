@@ -25,8 +25,6 @@ from typing import Any
 from common import metrics
 from common.heap import streaming_gc
 from common.kafka_admin import (
-    BrokerUnreachable,
-    check_broker,
     create_namespace_topics,
     delete_namespace_topics,
 )
@@ -42,31 +40,9 @@ from streams.decisions import Command, Incident, StreamEnd
 from streams.events import EndOfCapture, Event
 from streams.topics import topic_name
 
-__all__ = ["Run", "ensure_broker", "CorrelatorWorker", "replay", "replay_batching"]
+__all__ = ["Run", "CorrelatorWorker", "replay", "replay_batching"]
 
 log = logging.getLogger("faultline.pipeline")
-
-
-def ensure_broker(settings: Settings) -> str:
-    """The configured broker, or the local one (started in the background if needed)."""
-    if settings.kafka:
-        bootstrap = settings.kafka
-    else:
-        from deploy.local.kafka import KafkaLaunchError, start_detached
-
-        log.info("FAULTLINE_KAFKA unset: using the local broker on 127.0.0.1:%d", settings.local_kafka_port)
-        try:
-            bootstrap = start_detached(settings.data_dir / "kafka", port=settings.local_kafka_port)
-        except KafkaLaunchError as exc:
-            # The port is taken: by a broker another checkout started, we use it; by anything else, say so.
-            bootstrap = f"127.0.0.1:{settings.local_kafka_port}"
-            try:
-                check_broker(settings.kafka_config(bootstrap), timeout=5)
-            except BrokerUnreachable:
-                raise exc from None
-            log.warning("using the Kafka broker already listening on %s", bootstrap)
-    check_broker(settings.kafka_config(bootstrap))
-    return bootstrap
 
 
 class CorrelatorWorker:

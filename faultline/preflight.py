@@ -18,14 +18,17 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from common.kafka_admin import BrokerUnreachable, check_broker
 from common.redact import mask_url
 from common.settings import Settings
 from faultline.errors import Failure, Unavailable, UsageError
-from sinks.archive.namespaces import NamespaceError
-from sinks.archive.store import Archive
 
-__all__ = ["check_policy", "open_archive", "preflight"]
+if TYPE_CHECKING:  # the archive comes with the `sink` extra; brokers are checked by every role
+    from sinks.archive.store import Archive
+
+__all__ = ["check_policy", "ensure_broker", "open_archive", "preflight"]
 
 log = logging.getLogger("faultline.preflight")
 
@@ -60,6 +63,9 @@ def open_archive(settings: Settings, namespace: str | None = None, *, live: str 
                  create: bool = True) -> Archive:
     """The archive's ``namespace`` (None: the live one; see :meth:`Archive.open`), or :class:`Unavailable`
     naming ``FAULTLINE_ARCHIVE`` and what to try."""
+    from sinks.archive.namespaces import NamespaceError
+    from sinks.archive.store import Archive
+
     url = settings.archive_url
     try:
         return Archive.open(url, namespace, live=live, create=create)
@@ -81,10 +87,30 @@ def open_archive(settings: Settings, namespace: str | None = None, *, live: str 
                           f"{hint[0].upper()}{hint[1:]}.") from exc
 
 
+def ensure_broker(settings: Settings) -> str:
+    """The configured broker, or the local one (started in the background if needed)."""
+    if settings.kafka:
+        bootstrap = settings.kafka
+    else:
+        from deploy.local.kafka import KafkaLaunchError, start_detached
+
+        log.info("FAULTLINE_KAFKA unset: using the local broker on 127.0.0.1:%d", settings.local_kafka_port)
+        try:
+            bootstrap = start_detached(settings.data_dir / "kafka", port=settings.local_kafka_port)
+        except KafkaLaunchError as exc:
+            # The port is taken: by a broker another checkout started, we use it; by anything else, say so.
+            bootstrap = f"127.0.0.1:{settings.local_kafka_port}"
+            try:
+                check_broker(settings.kafka_config(bootstrap), timeout=5)
+            except BrokerUnreachable:
+                raise exc from None
+            log.warning("using the Kafka broker already listening on %s", bootstrap)
+    check_broker(settings.kafka_config(bootstrap))
+    return bootstrap
+
+
 def preflight(settings: Settings) -> str:
     """Policy, archive, broker, in that order; the broker's bootstrap address once all passed."""
-    from faultline.pipeline import ensure_broker
-
     check_policy(settings.policy)
     with open_archive(settings, live=settings.namespace):
         pass

@@ -29,7 +29,8 @@ from typing import Any
 
 from sinks.archive.store import Archive
 
-__all__ = ["AFTERMATH", "GROUP_WINDOW", "LANES", "Entry", "describe_command", "describe_signal", "group", "story"]
+__all__ = ["AFTERMATH", "GROUP_WINDOW", "LANES", "Entry", "describe_command", "describe_signal", "gate_lines", "group",
+           "story"]
 
 LANES = ("signal", "incident", "command", "result")
 AFTERMATH = timedelta(hours=1)
@@ -198,6 +199,34 @@ def describe_command(kind: str, params: Mapping[str, Any] | str, reason: str = "
     return "; ".join(x for x in (what, reason) if x)
 
 
+GATE_WAIT = "waiting for a verdict on "
+
+
+def _version_text(what: str, summary: str) -> str:
+    """An incident version: its state, and, while its restart gate waits, for what (the summary's last clause)."""
+    at = summary.rfind(GATE_WAIT)
+    return f"{what}: {summary[at:]}" if at >= 0 else what
+
+
+def gate_lines(payload: Mapping[str, Any]) -> list[str]:
+    """What an incident's restart gate and its other faults say, for people (an incident's JSON)."""
+    out = []
+    gate = payload.get("gate") or {}
+    if gate.get("state") == "waiting":
+        waits = "; ".join(f"{w.get('node')}{' ' + str(w['gpu']) if w.get('gpu') else ''}: {w.get('detector')} due by "
+                          f"{w.get('due')}" for w in gate.get("waiting") or [])
+        out.append(f"restart gate: waiting for a verdict ({waits}), at the latest until {gate.get('bound')}")
+    elif gate.get("state") == "passed":
+        left = "; ".join(f"{x.get('node')}{' ' + str(x['gpu']) if x.get('gpu') else ''} ({x.get('verdict')}: "
+                         f"{x.get('why')})" for x in gate.get("excluded") or [])
+        out.append("restart gate: passed" + (f", leaving out {left}" if left else ", every piece judged"))
+    for f in payload.get("faults") or []:
+        culprit = f.get("culprit") or {}
+        out.append(f"also {f.get('category')} on {culprit.get('node')} {', '.join(culprit.get('gpus') or [])}: "
+                   f"{f.get('reason')}".rstrip())
+    return out
+
+
 def group(entries: Sequence[Entry], window: timedelta = GROUP_WINDOW) -> list[Entry]:
     """Entries of one lane saying the same thing within ``window`` of the first of them, folded into one."""
     out: list[Entry] = []
@@ -239,7 +268,8 @@ def story(archive: Archive, incident: Mapping[str, Any]) -> list[Entry]:
             target = [x for x in (c.get("node"), c.get("gpu")) if x]
             entries.append(Entry(r["ts"], lane, str(r["what"]), text, nodes=tuple(target), raw=str(r.get("detail") or "")))
         elif lane == "incident":  # what: "v2 gpu_off_bus mitigating (page)"; detail: the summary
-            entries.append(Entry(r["ts"], lane, str(r["what"]), str(r["what"]), raw=str(r.get("detail") or "")))
+            entries.append(Entry(r["ts"], lane, str(r["what"]), _version_text(str(r["what"]), str(r.get("detail") or "")),
+                                 raw=str(r.get("detail") or "")))
         else:
             entries.append(Entry(r["ts"], lane, str(r["what"]), " ".join(str(r.get("detail") or "").split()),
                                  raw=str(r.get("detail") or "")))

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from faultline.story import gate_lines
+
 __all__ = ["LONG_GAP", "MIN_STEP", "render_timeline", "time_axis"]
 
 LANES = ("signal", "incident", "command", "result")
@@ -217,7 +219,8 @@ tr.command td:nth-child(2) {{ color: {COLORS["command"]}; }} tr.result td:nth-ch
 </style></head><body>
 <h1>Incident {html.escape(str(incident.get("id")))}</h1>
 <div class="sub">{head}{f" · lost {lost:.2f} GPU-hours" if isinstance(lost, int | float) else ""}<br>
-{html.escape(str(incident.get("summary") or ""))}</div>
+{html.escape(str(incident.get("summary") or ""))}{"".join(f'<br><span class="gate">{html.escape(x)}</span>'
+                                                      for x in gate_lines(incident))}</div>
 <div class="legend">{legend}</div>
 {"".join(svg)}
 <table id="entries"><thead><tr><td>time (UTC)</td><td>lane</td><td>what</td><td>entry</td><td>from</td>

@@ -13,7 +13,8 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge
 
 __all__ = [
-    "BAD_LINES", "DROPPED", "OBSERVATIONS", "PARSE_ERRORS", "SENT", "SOURCE_ERRORS", "SPOOL_BACKLOG", "SPOOLED",
+    "ALREADY_DELIVERED", "BAD_LINES", "DROPPED", "OBSERVATIONS", "PARSE_ERRORS", "SENT", "SOURCE_ERRORS",
+    "SPOOL_BACKLOG", "SPOOLED",
 ]
 
 SENT = Counter(
@@ -27,6 +28,12 @@ SPOOLED = Counter(
 DROPPED = Counter(
     "faultline_producer_dropped",
     "Records lost: evicted from a full spool, or rejected by the broker for good.",
+    ["source"],
+)
+ALREADY_DELIVERED = Counter(
+    "faultline_producer_already_delivered",
+    "Spooled records a restarted publisher found in Kafka already (delivered just before a crash) and did not "
+    "send again.",
     ["source"],
 )
 PARSE_ERRORS = Counter(

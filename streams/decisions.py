@@ -21,7 +21,11 @@ __all__ = [
     "CommandType",
     "Severity",
     "Culprit",
+    "Fault",
+    "GateExclusion",
+    "GateWait",
     "Incident",
+    "RestartGate",
     "Target",
     "Command",
     "CommandResult",
@@ -77,8 +81,48 @@ class Culprit(_Model):
     gpus: list[str] = Field(default_factory=list)
 
 
+class GateWait(_Model):
+    """A detector the restart gate waits for: on which node (and GPU), until when it could still speak."""
+
+    node: str
+    gpu: str | None = None
+    detector: str
+    due: datetime
+
+
+class GateExclusion(_Model):
+    """Hardware the restart leaves out although it is not fenced, and why."""
+
+    node: str
+    gpu: str | None = None
+    verdict: Literal["suspect", "no_verdict"]
+    why: str = ""
+
+
+class RestartGate(_Model):
+    """The restart gate of the incident's current round (``correlators.restart_gate``): ``waiting`` for
+    a verdict on some hardware, or ``passed`` (the restart went out, leaving out what ``excluded`` says)."""
+
+    state: Literal["waiting", "passed"]
+    failure_at: datetime
+    bound: datetime
+    waiting: list[GateWait] = Field(default_factory=list)
+    excluded: list[GateExclusion] = Field(default_factory=list)
+
+
+class Fault(_Model):
+    """Another fault found while the incident was open, on hardware of its own: a second culprit."""
+
+    category: Category
+    culprit: Culprit
+    reason: str = ""
+
+
 class Incident(_Model):
-    """One incident per affected job and root cause; every change is a new version."""
+    """One incident per affected job and root cause; every change is a new version.
+
+    ``gate`` and ``faults`` are additive (schema version 1 still): subscribers that do not know them
+    ignore them."""
 
     schema_version: int = 1
     id: str
@@ -93,6 +137,8 @@ class Incident(_Model):
     summary: str = ""
     evidence: list[str] = Field(default_factory=list)
     lost_gpu_hours: float | None = None
+    gate: RestartGate | None = None
+    faults: list[Fault] = Field(default_factory=list)
 
 
 class Target(_Model):

@@ -30,15 +30,15 @@ from __future__ import annotations
 import contextlib
 import secrets
 import shutil
-import socket
 import subprocess
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from ssl import create_default_context
 from typing import Any
+
+from tests.servers import free_port, wait_until
 
 __all__ = ["KubeApiServer", "apply_chart_rbac", "missing_apiserver", "start_apiserver", "wait_until"]
 
@@ -68,19 +68,6 @@ def missing_apiserver() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.2) -> None:
-    """Poll ``check`` until it is true; ``TimeoutError`` naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout_s} s")
-        time.sleep(interval_s)
 
 
 @dataclass
@@ -156,7 +143,7 @@ def start_apiserver(root: Path, feature_gates: str = "") -> Iterator[KubeApiServ
     lines = [f'{tokens["admin"]},admin,uid-admin,"system:masters"']
     lines += [f"{tokens[u]},{u},uid-{u}" for u in USERS]
     (root / "tokens.csv").write_text("\n".join(lines) + "\n")
-    client_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
+    client_port, peer_port, api_port = free_port(), free_port(), free_port()
     server = KubeApiServer(f"https://127.0.0.1:{api_port}", root / "certs" / "apiserver.crt", tokens, root,
                            etcd_url=f"http://127.0.0.1:{client_port}")
     try:

@@ -6,8 +6,11 @@ A GPU finding is not fenced at once: it waits ``fence_debounce_s`` (the
 of one power domain, or any with a power-supply SEL near -- become one
 ``power_supply_fault`` on the node rather than one ``gpu_off_bus`` per card.
 Some XIDs count only when NVML shows rows pending remap (``confirm`` waits for
-the next reading). Findings on hardware no job runs on become condition
-incidents of the hardware.
+the next reading). A GPU that stops appearing in NVML while the other GPUs of
+its node keep reporting is gone (``gone``, judged in the node's own NVML time,
+:mod:`correlators.nvml_presence`): the same evidence as XID 79, without the
+kernel line. Findings on hardware no job runs on become condition incidents of
+the hardware.
 
 The liveness rules (silence, the BMC) report what they conclude through
 :meth:`HardwareRules.node_finding` and :meth:`HardwareRules.power_supply_sel`.
@@ -16,10 +19,12 @@ The liveness rules (silence, the BMC) report what they conclude through
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from correlators.findings import FAILURE_CATEGORIES, Finding
 from correlators.lifecycle import DONE, IncidentLifecycle
+from correlators.nvml_presence import NvmlNode
+from correlators.restart_gate import hear, human
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
 from correlators.state import AwaitingRemap, LostGpu
 from correlators.timers import TimerKey, TimerName
@@ -45,7 +50,8 @@ class HardwareRules:
     def timer_handlers(self) -> Mapping[TimerName, OnTimer]:
         return {"fence": OnTimer(self._timer_fence, at_end=True),
                 "confirm": OnTimer(self._timer_confirm, at_end=True),
-                "psu_check": OnTimer(self._timer_psu_check, at_end=True)}
+                "psu_check": OnTimer(self._timer_psu_check, at_end=True),
+                "gone": OnTimer(self._timer_gone, at_end=False)}
 
     # --- kernel and NVML --------------------------------------------------------------
     def _on_xid(self, e: ev.Event, b: ev.Xid) -> None:
@@ -83,13 +89,14 @@ class HardwareRules:
         if e.node and b.fault == "host_oom":
             self.state.host_oom[e.node] = e.ts
         elif e.node and b.fault == "machine_check" and b.severity in ("uncorrected", "fatal"):
-            self.state.bmc_view(e.node).hardware_sel.append(("cpu", b.message))
+            self.state.bmc_view(e.node).hardware_fault("cpu", b.message, e.ts)
 
     def _on_gpu_sample(self, e: ev.Event, b: ev.GpuSample) -> None:
         node = e.node
         idx = self.state.topology.resolve(node, b.gpu)
         if node is None or idx is None:
             return
+        self._present(node, idx, e.ts)
         health = self.state.gpu_health(node, idx)
         for category, reason in health.observe(e.ts, b.metrics, self.p.thresholds):
             if category in FAILURE_CATEGORIES:
@@ -106,6 +113,48 @@ class HardwareRules:
             if reading[1]:
                 self.queue_fence(node, Finding("gpu_memory_fault", waiting.since, node, [idx],
                                                "XID with remapped rows pending", waiting.evidence))
+
+    # --- a GPU gone from NVML, without a kernel line -------------------------------------
+    def _present(self, node: str, idx: int, ts: datetime) -> None:
+        """An NVML sample of the GPU: it is present. The node's ``gone`` timer looks at its GPUs' absences
+        once one of them could be overdue (one timer per node, not per GPU or per sample)."""
+        s = self.state
+        nv = s.nvml.get(node) or s.nvml_node(node)
+        nv.observe(idx, ts)
+        if s.gate_watch:  # (the common case, no gate open, costs no call)
+            hear(s, node, "nvml", ts, idx)
+        cad = nv.cad
+        if cad is not None and not self.queue.armed("gone", (node,)):
+            self.queue.arm_after("gone", (node,), self.state.clock or ts, self.p.thresholds.gpu_lost_factor * cad)
+
+    def _timer_gone(self, key: TimerKey, due: datetime) -> None:
+        """Has one of the node's GPUs missed ``gpu_lost_factor`` of its sample intervals while the node's other
+        GPUs went on reporting (in the node's own NVML time)? Then it is gone: ``gpu_off_bus``."""
+        node = str(key[0])
+        nv = self.state.nvml.get(node)
+        factor = self.p.thresholds.gpu_lost_factor
+        cad = nv.cadence() if nv is not None else None
+        if nv is None or cad is None or nv.newest is None or nv.quiet(due, factor):
+            return  # unknown cadence, or the node's NVML as a whole stopped: its silence is the node's to judge
+        window = timedelta(seconds=factor * cad)
+        for idx, last in sorted(nv.last.items()):
+            if idx not in nv.gone and nv.newest >= last + window:
+                self._gone(node, nv, idx, last, cad)
+        nxt = nv.next_overdue(factor)
+        if nxt is not None:  # when the next GPU could be overdue, in engine time
+            self.queue.arm("gone", key, due + max(nxt - nv.newest, timedelta(seconds=cad / 2)))
+
+    def _gone(self, node: str, nv: NvmlNode, idx: int, last: datetime, cad: float) -> None:
+        others = len(nv.last) - 1
+        if others < 1 or nv.reporting_since(idx, last + timedelta(seconds=cad)) < max(1, (others + 1) // 2):
+            return  # most of its siblings are as quiet: not this GPU's own loss
+        nv.gone[idx] = last
+        if self.state.ledger.is_fenced(node, idx) or any(x.index == idx and x.ts >= last - timedelta(seconds=cad)
+                                                         for x in self.state.lost.get(node, ())):
+            return  # already fenced, or already known lost (its XID said so)
+        self.queue_fence(node, Finding("gpu_off_bus", last, node, [idx],
+                                       f"GPU {idx} on {node} gone from NVML (last sample {human(last)}; the "
+                                       f"node's other GPUs still report)", None))
 
     def _timer_confirm(self, key: TimerKey, due: datetime) -> None:
         node, idx = key[0], key[1]
@@ -136,9 +185,12 @@ class HardwareRules:
     def _timer_fence(self, key: TimerKey, due: datetime) -> None:
         node = str(key[0])
         findings = self.state.pending_fence.pop(node, [])
-        powered = self._power_group(node, due)
+        # grouped around when the GPUs went, not when we learnt it (a GPU gone from NVML is known a few
+        # sample intervals after its last sample)
+        at = min((f.ts for f in findings if f.category == "gpu_off_bus"), default=due)
+        powered = self._power_group(node, at)
         if powered:
-            self._power_finding(node, due, None)
+            self._power_finding(node, at, None)
         for f in findings:
             if f.category == "gpu_off_bus" and set(f.gpus) <= powered:
                 continue

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from correlators.attribution import silence_category
 from correlators.findings import Finding
+from correlators.restart_gate import hear
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
 from correlators.rules.hardware import HardwareRules
 from correlators.state import Heartbeat
@@ -37,7 +38,8 @@ class LivenessRules:
 
     def event_handlers(self) -> Mapping[str, EventHandler]:
         return {"agent_heartbeat": self._on_agent_heartbeat, "bmc_power": self._on_bmc_power,
-                "bmc_unreachable": self._on_bmc_unreachable, "bmc_sel": self._on_bmc_sel}
+                "bmc_unreachable": self._on_bmc_unreachable, "bmc_sel": self._on_bmc_sel,
+                "node_state": self._on_node_state}
 
     def timer_handlers(self) -> Mapping[TimerName, OnTimer]:
         return {"silence": OnTimer(self._timer_silence, at_end=False),
@@ -60,10 +62,11 @@ class LivenessRules:
                 beat.last = e.ts
         s.silent.pop(node, None)
         self.queue.cancel("judge", (node,))
-        gaps = beat.gaps
-        if len(gaps) < 2:
+        if s.gate_watch:
+            hear(s, node, "heartbeat", e.ts)
+        usual = beat.usual()
+        if usual is None:
             return  # silence means nothing until this agent's cadence is known
-        usual = sorted(gaps)[len(gaps) // 2]
         wait = max(self.p.timing.silence_min_s, self.p.timing.silence_factor * usual)
         self.queue.arm("silence", (node,), beat.last + timedelta(seconds=wait))
 
@@ -71,9 +74,9 @@ class LivenessRules:
         node = str(key[0])
         beat = self.state.heartbeat[node]
         self.state.silent[node] = beat.last
-        usual = max(beat.gaps) if beat.gaps else 0.0
-        self.queue.arm_after("judge", (node,), due, max(15.0, usual))
-        self.state.judge_from[node] = due + timedelta(seconds=max(15.0, usual))
+        step = beat.judge_step()
+        self.queue.arm_after("judge", (node,), due, step)
+        self.state.judge_from[node] = due + timedelta(seconds=step)
 
     def _timer_judge(self, key: TimerKey, due: datetime) -> None:
         node = str(key[0])
@@ -94,16 +97,35 @@ class LivenessRules:
         category = silence_category(view, len(peers))
         lost_nodes = [node] + (peers if category == "rack_outage" else [])
         for n in lost_nodes:
-            reason = f"node agent silent since {s.silent.get(n, since).isoformat()}"
+            last = s.silent.get(n, since)
+            reason = f"node agent silent since {last.isoformat()}"
             self.queue.cancel("judge", (n,))
             s.silent.pop(n, None)
-            self.hardware.node_finding(Finding(category, due, n, reason=f"{category}: {reason}"))
+            # the fault is as old as the silence: the jobs that failed around then are its victims, however
+            # long the agent's cadence made the verdict take
+            self.hardware.node_finding(Finding(category, min(last, due), n, reason=f"{category}: {reason}"))
+
+    # --- the scheduler's view ------------------------------------------------------------
+    def _on_node_state(self, e: ev.Event, b: ev.NodeState) -> None:
+        """Not ready makes a node suspect at once (the restart gate leaves it out); it opens nothing on its
+        own: whether a node is down is decided from its own silence and its BMC (a drain or a maintenance
+        window is not-ready too)."""
+        if not e.node:
+            return
+        if b.ready:
+            self.state.not_ready.pop(e.node, None)
+        elif e.node not in self.state.not_ready:
+            self.state.not_ready[e.node] = e.ts
 
     # --- out of band ----------------------------------------------------------------
     def _bmc_heard(self, e: ev.Event) -> None:
         node = e.node or ""
         view = self.state.bmc_view(node)
-        view.heard = e.ts if view.heard is None else max(view.heard, e.ts)
+        view.report(e.ts)
+        s = self.state
+        s.bmc_clock = e.ts if s.bmc_clock is None else max(s.bmc_clock, e.ts)
+        if view.reachable and view.power_on is not False:
+            hear(s, node, "bmc", e.ts)
         if node in self.state.silent and self.queue.armed("judge", (node,)):
             self.queue.arm("judge", (node,), max(self.state.judge_from.get(node, e.ts), e.ts))
 
@@ -127,6 +149,6 @@ class LivenessRules:
         self._bmc_heard(e)
         if not (b.hardware_fault and b.asserted):
             return
-        view.hardware_sel.append((b.component, b.line))
+        view.hardware_fault(b.component, b.line, e.ts)
         if b.component == "power_supply":
             self.hardware.power_supply_sel(node, e.ts, e.id)

@@ -1,22 +1,33 @@
-"""Recovery: restart a failed job once its failure has settled, then verify it progresses.
+"""Recovery: restart a failed job once its failure has settled and its hardware has a verdict.
 
-The restart is issued after every fence of its incident (the planner issues
-fences immediately, the restart only when the ``settle`` timer fires), asks
-for the newest good checkpoint, excludes every fenced GPU and node, respects
-the job's restart budget and the cluster-wide rate limit (a recovery storm is
-staggered), and waits while one of the job's nodes is silent but not yet
-judged (its verdict may name hardware the restart must avoid).
+The order of checks when an incident's ``settle`` timer fires:
+
+1. the incident is still active, its category restarts, its restart is not already out;
+2. the job's restart budget, then the checkpoints: ``restarts.load_failures`` restarts in a row whose
+   checkpoint did not load stop for a person (escalated, with a notify);
+3. the restart gate (:mod:`correlators.restart_gate`): every node and GPU of the failed allocation is
+   healthy, fenced or suspect -- else it waits (the incident says for what, until when), up to
+   ``gate.max_wait_s``, after which what is still without a verdict is excluded;
+4. the cluster-wide rate limit (a recovery storm is staggered);
+5. the restart: from the newest valid checkpoint of the job's current lineage outside the failure
+   domain of what the restart leaves out (:mod:`correlators.checkpoints`), excluding every fenced GPU
+   and node and what the gate excluded, each with why, for the size the job's elasticity allows and
+   its GPU class. Its reason and params say what it excluded and what its checkpoint choice cost.
+
+Whether the restarted job then really recovers is :mod:`correlators.rules.verification`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from correlators.findings import HARDWARE_CATEGORIES, NODE_CATEGORIES
 from correlators.incident_state import OpenIncident
 from correlators.lifecycle import ACTIVE, IncidentLifecycle
 from correlators.planner import Planner
+from correlators.restart_gate import GateDecision, waiting_text
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
 from correlators.timers import TimerKey, TimerName
 from correlators.topology import Job
@@ -29,8 +40,7 @@ PLACED_CAUSES = (HARDWARE_CATEGORIES | {"network_timeout"}) - NODE_CATEGORIES
 
 
 class RecoveryRules:
-    """Settle -> restart -> verify. No event of its own: the other rule sets call :meth:`start_verifying`
-    (a job started again) and :meth:`check_progress` (a training step)."""
+    """Settle -> gate -> restart. No event of its own: the lifecycle arms ``settle``."""
 
     def __init__(self, ctx: RuleContext, lifecycle: IncidentLifecycle, planner: Planner) -> None:
         self.state = ctx.state
@@ -44,8 +54,7 @@ class RecoveryRules:
         return {}
 
     def timer_handlers(self) -> Mapping[TimerName, OnTimer]:
-        return {"settle": OnTimer(self._timer_settle, at_end=True),
-                "verify": OnTimer(self._timer_verify, at_end=False)}
+        return {"settle": OnTimer(self._timer_settle, at_end=True)}
 
     def _timer_settle(self, key: TimerKey, due: datetime) -> None:
         inc = self.state.incident(str(key[0]))
@@ -57,15 +66,21 @@ class RecoveryRules:
             inc = self.life.publish(inc, due)
         job = self.state.topology.jobs.get(inc.job or "")
         if job is None or "restart_job" not in self.p.rule(inc.category).actions:
-            return
-        if self._awaiting_verdict(job, due, inc):
+            self.life.gate.close(inc)
             return
         budget = job.spec.max_restarts
         used = max(self.state.restarts.get(job.name, 0), job.starts - 1)
         if budget is not None and used >= budget:
-            self.out.extend(self.plan.notify(inc, due, f"restart budget exhausted ({used}/{budget}): "
-                                             "a person must decide", "page"))
-            self.life.set_state(inc, "escalated", due, "restart budget exhausted")
+            self._stop(inc, due, f"restart budget exhausted ({used}/{budget}): a person must decide",
+                       "restart budget exhausted")
+            return
+        if inc.load_failures >= self.p.restarts.load_failures:
+            self._stop(inc, due, f"{inc.load_failures} restarts in a row could not load their checkpoint: check "
+                       "the checkpoint storage, then restart by hand", "checkpoints fail to load")
+            return
+        decision = self.life.gate.decide(inc, due)
+        if not decision.ready:
+            self._wait(inc, decision, due)
             return
         window = self.p.restarts.per_s
         log = self.state.restart_log
@@ -75,20 +90,30 @@ class RecoveryRules:
             later = log[0] + timedelta(seconds=window)
             self.queue.arm("settle", (inc.id,), later)  # staggered: a recovery storm waits its turn
             return
-        self._restart(inc, job, due)
+        self._restart(inc, job, due, decision)
 
-    def _awaiting_verdict(self, job: Job, due: datetime, inc: OpenIncident) -> bool:
-        """A node of the job is silent and not yet judged: wait for the verdict (up to max_settle_s)."""
-        waiting = [self.queue.due("judge", (n,)) for n in job.nodes if n in self.state.silent]
-        later = [t for t in waiting if t is not None and t > due]
-        limit = inc.settle_deadline
-        if not later or (limit is not None and due >= limit):
-            return False
-        wake = max(later) + timedelta(seconds=self.p.timing.fence_debounce_s + 0.001)
-        self.queue.arm("settle", (inc.id,), min(wake, limit) if limit else wake)
-        return True
+    def _stop(self, inc: OpenIncident, now: datetime, message: str, why: str) -> None:
+        self.out.extend(self.plan.notify(inc, now, message, "page"))
+        self.life.set_state(inc, "escalated", now, why)
 
-    def _restart(self, inc: OpenIncident, job: Job, now: datetime) -> None:
+    def _wait(self, inc: OpenIncident, decision: GateDecision, now: datetime) -> None:
+        """The gate waits: the incident says for what (a new version when that changes), look again then."""
+        text = waiting_text(decision.waiting)
+        if inc.gate is not None and text != inc.gate.shown:
+            inc.gate.shown = text
+            self.life.emit(inc, now)
+        if decision.wake is not None:
+            self.queue.arm("settle", (inc.id,), decision.wake)
+
+    @staticmethod
+    def _cutoff(inc: OpenIncident) -> tuple[datetime, tuple[datetime, datetime] | None]:
+        """Checkpoints completed by the incident's first evidence are restart points, and, once the job ran
+        again after its restart, those saved since then up to this round's failure."""
+        round_at = inc.gate.failure_at if inc.gate is not None else inc.opened_at
+        rerun = (inc.reran, round_at) if inc.reran is not None and inc.reran > inc.opened_at else None
+        return min(inc.opened_at, round_at), rerun
+
+    def _restart(self, inc: OpenIncident, job: Job, now: datetime, decision: GateDecision) -> None:
         s = self.state
         reasons: list[str] = []
         approval = False
@@ -96,53 +121,51 @@ class RecoveryRules:
         if inc.node is not None and inc.node in inc.earlier_nodes and inc.category in PLACED_CAUSES:
             reasons.append(f"{inc.category} on {inc.node} again after a restart: excluding the node")
             extra_nodes.append(inc.node)
+        left_out = [x for x in decision.excluded if x.gpu is None]
+        extra_nodes += [x.node for x in left_out]
+        extra_gpus = [(x.node, x.gpu) for x in decision.excluded if x.gpu is not None]
+        if decision.excluded:
+            reasons.append("leaving out " + "; ".join(
+                f"{x.node}{'' if x.gpu is None else f' GPU {x.gpu}'} ({x.why})" for x in decision.excluded))
         if inc.category in UNKNOWN_CAUSES:
             if s.unknown_restarts.get(job.name, 0) >= self.p.unknown_cause_auto_restarts:
                 approval = True
                 reasons.append("cause unknown and already retried: needs approval")
             s.unknown_restarts[job.name] = s.unknown_restarts.get(job.name, 0) + 1
         progress = s.job_progress(job.name)
-        ck = progress.newest_checkpoint
+        lost = set(extra_nodes) | {n for n in job.nodes if s.ledger.is_fenced(n)}
+        ck, skipped = progress.checkpoints.restart_point(lost, *self._cutoff(inc))
         checkpoint = {"path": ck.path, "step": ck.step} if ck else None
+        extra: dict[str, Any] = {}
+        if decision.excluded:
+            extra["gate"] = {"excluded": [{"node": x.node, "gpu": None if x.gpu is None else s.topology.gpu_id(
+                x.node, x.gpu), "verdict": x.verdict, "why": x.why} for x in decision.excluded]}
+        if skipped:
+            newest = skipped[0]
+            steps = newest.step - (ck.step if ck else 0)
+            hours = round(((newest.ts - ck.ts) if ck else timedelta()).total_seconds() * job.world_size / 3600, 3)
+            extra["checkpoint_skipped"] = [{"step": k.step, "why": k.why} for k in skipped]
+            extra["checkpoint_cost"] = {"steps": steps, "gpu_hours": hours}
+            cost = (f"restarting from step {ck.step}" if ck else "restarting from the start") + \
+                f" costs {steps} more steps ({hours} GPU-hours) than the newest checkpoint: " + \
+                "; ".join(f"step {k.step} {k.why}" for k in skipped)
+            reasons.append(cost)
+            inc.summary = f"{inc.summary}; {cost}" if cost not in inc.summary else inc.summary
         cmd = self.plan.restart(inc, job, checkpoint, now, approval, "; ".join(reasons) or inc.category,
-                                extra_nodes)
+                                extra_nodes, extra_gpus, extra)
         inc.restart_attempts += 1
         s.restarts[job.name] = s.restarts.get(job.name, 0) + 1
         s.restart_log.append(now)
         inc.restored_step = ck.step if ck else 0
-        inc.baseline_throughput = progress.baseline_throughput()
+        if inc.baseline_throughput is None:
+            inc.baseline_throughput, inc.baseline_gpus = progress.baseline_throughput(), job.world_size
         if ck:  # the one definition (README, "Lost GPU-hours"): checkpoint to failure, not to this restart
             lost_s = max(0.0, (inc.opened_at - ck.ts).total_seconds())
             inc.lost_gpu_hours = round(lost_s * job.world_size / 3600, 3)
+        inc.restart_from = ck.step if ck else None
+        inc.restart_path = ck.path if ck else None
+        self.life.gate.close(inc)
+        if inc.gate is not None:
+            inc.gate.restarted = True
         self.out.append(cmd)
         self.life.set_state(inc, "awaiting_approval" if approval else "restarting", now)
-
-    # --- verify the restarted job really progresses ---------------------------------------
-    def start_verifying(self, job: str, now: datetime) -> None:
-        """The job started again: a failure whose restart went out now has to prove progress."""
-        inc = self.state.failure_of(job)
-        if inc and inc.state in ("restarting", "awaiting_approval", "mitigating", "open"):
-            if inc.restart_attempts:
-                self.life.set_state(inc, "verifying", now)
-                self.queue.arm_after("verify", (inc.id,), now, self.p.timing.verify_timeout_s)
-
-    def check_progress(self, job: str, now: datetime) -> None:
-        """A training step: a verifying failure is resolved once the job is past its restored step."""
-        inc = self.state.failure_of(job)
-        if inc is None or inc.state != "verifying":
-            return
-        prog = self.state.job_progress(job)
-        if prog.last_step is None or prog.last_step < (inc.restored_step or 0) + self.p.timing.progress_steps:
-            return
-        base, current = inc.baseline_throughput, prog.baseline_throughput()
-        if base and current and current < base * self.p.timing.progress_throughput:
-            return
-        self.queue.cancel("verify", (inc.id,))
-        self.life.set_state(inc, "resolved", now, f"progressing again at step {prog.last_step}")
-
-    def _timer_verify(self, key: TimerKey, due: datetime) -> None:
-        inc = self.state.incident(str(key[0]))
-        if inc is None or inc.state != "verifying":
-            return
-        self.out.extend(self.plan.notify(inc, due, "restarted job is not progressing", "page"))
-        self.life.set_state(inc, "escalated", due, "no progress after restart")

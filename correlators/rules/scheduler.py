@@ -3,8 +3,10 @@
 The topology these build is the join every other rule needs: signals arrive
 keyed by where they were seen (node, GPU), incidents by job. A job that
 starts again after a restart is what recovery waits for (it then has to prove
-progress); a job that fails with no cause known yet is a software crash until a
-better cause turns up; a job that ends otherwise closes its incidents.
+progress, and it loads the checkpoint the restart named: a new lineage); a
+run placed on fenced hardware is a finding of its own (:mod:`.placement`); a
+job that fails with no cause known yet is a software crash until a better cause
+turns up; a job that ends otherwise closes its incidents.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from collections.abc import Mapping
 from correlators.findings import Finding
 from correlators.lifecycle import IncidentLifecycle
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
-from correlators.rules.recovery import RecoveryRules
+from correlators.rules.placement import PlacementRules
 from correlators.rules.training import TrainingRules
+from correlators.rules.verification import VerificationRules
 from correlators.timers import TimerName
 from correlators.topology import JobEnd
 from streams import events as ev
@@ -28,11 +31,12 @@ FINISHED = frozenset({"resolved", "closed", "escalated"})
 class SchedulerRules:
     """Topology (inventory) and job lifecycles (scheduler lines)."""
 
-    def __init__(self, ctx: RuleContext, lifecycle: IncidentLifecycle, recovery: RecoveryRules,
-                 training: TrainingRules) -> None:
+    def __init__(self, ctx: RuleContext, lifecycle: IncidentLifecycle, verification: VerificationRules,
+                 placement: PlacementRules, training: TrainingRules) -> None:
         self.state = ctx.state
         self.life = lifecycle
-        self.recovery = recovery
+        self.verification = verification
+        self.placement = placement
         self.training = training
         self.queue = ctx.state.timers
 
@@ -50,8 +54,11 @@ class SchedulerRules:
     def _on_job_started(self, e: ev.Event, b: ev.JobStarted) -> None:
         if not e.job:
             return
-        self.state.topology.apply_job_started(e.job, b)
-        self.recovery.start_verifying(e.job, e.ts)
+        job = self.state.topology.apply_job_started(e.job, b)
+        restarted = self.verification.start_verifying(e.job, e.ts)
+        loading = restarted.restart_from if restarted is not None else None
+        self.state.job_progress(e.job).on_run_start(e.ts, loading, restarted.restart_path if restarted else None)
+        self.placement.on_started(job, e.ts, e.source)
         self.training.arm_stale(e.job, e.ts)
 
     def _on_job_ended(self, e: ev.Event, b: ev.JobEnded) -> None:

@@ -1,17 +1,37 @@
-"""Rules over what training processes and the trainer report: collectives, crashes, progress, checkpoints."""
+"""Rules over what training processes and the trainer report: collectives, crashes, progress, checkpoints.
+
+* **Collectives** name the ranks that never arrived; the incident's culprit and its text are
+  recomputed whenever the reports change (a text never says a rank is missing once it reported).
+* **Crashes** are software unless hardware explains them; a rank that dies on a GPU or node already
+  fenced dies of that hardware's known fault. A restarted run that dies before its first step with
+  a load error (policy ``checkpoints.load_failure_patterns``), or whose trainer said its checkpoint
+  failed, could not load that checkpoint: it is no longer valid, nothing is fenced for it, and the
+  failure continues the incident whose restart it was.
+* **Hangs** are timed against the job's own cadence: no step for max(``hang_min_s``, ``hang_factor`` x
+  the longest recent step interval) plus its longest checkpoint save; found sooner (``hang_check``)
+  when telemetry corroborates it -- every GPU of the job sampled since its last step busy at low power,
+  ranks spinning in a collective.
+* **Checkpoints** go to the job's book (:mod:`correlators.checkpoints`): lineage, failures, where.
+"""
 
 from __future__ import annotations
 
+import functools
 import math
+import re
+import statistics
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from correlators.attribution import exit_category
-from correlators.findings import Finding
+from correlators.findings import HARDWARE_CATEGORIES, Finding
+from correlators.job_progress import JobProgress
 from correlators.lifecycle import DONE, IncidentLifecycle
+from correlators.restart_gate import human
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
-from correlators.rules.recovery import RecoveryRules
+from correlators.rules.verification import VerificationRules
 from correlators.timers import TimerKey, TimerName
+from correlators.topology import Job
 from streams import events as ev
 
 __all__ = ["TrainingRules"]
@@ -21,15 +41,21 @@ __all__ = ["TrainingRules"]
 CRASH_SIGNALS = {4: "SIGILL", 7: "SIGBUS", 8: "SIGFPE", 11: "SIGSEGV"}
 
 
+@functools.cache
+def _load_error(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """The policy's load-failure patterns as one case-insensitive expression (never matching when empty)."""
+    return re.compile("|".join(f"(?:{x})" for x in patterns) or r"(?!)", re.IGNORECASE)
+
+
 class TrainingRules:
     """Job-level sources: NCCL, CUDA and Python errors, worker exits, the trainer's steps, checkpoints and
     heartbeats. Failures go to the lifecycle; each step is also a chance for recovery to see progress."""
 
-    def __init__(self, ctx: RuleContext, lifecycle: IncidentLifecycle, recovery: RecoveryRules) -> None:
+    def __init__(self, ctx: RuleContext, lifecycle: IncidentLifecycle, verification: VerificationRules) -> None:
         self.state = ctx.state
         self.p = ctx.policy
         self.life = lifecycle
-        self.recovery = recovery
+        self.verification = verification
         self.queue = ctx.state.timers
 
     def event_handlers(self) -> Mapping[str, EventHandler]:
@@ -44,6 +70,7 @@ class TrainingRules:
 
     def timer_handlers(self) -> Mapping[TimerName, OnTimer]:
         return {"hang": OnTimer(self._timer_hang, at_end=False),
+                "hang_check": OnTimer(self._timer_hang_check, at_end=False),
                 "stale": OnTimer(self._timer_stale, at_end=False)}
 
     # --- collectives and crashes ------------------------------------------------------
@@ -65,27 +92,30 @@ class TrainingRules:
         if inc.category == "network_timeout":
             job = self.state.topology.jobs.get(e.job)
             node, gpus = inc.reports.culprit(job) if job else (None, [])
-            if (node, set(gpus)) != (inc.node, inc.gpus):
-                inc.node, inc.gpus = node, set(gpus)
-                ranks = inc.reports.culprit_ranks(job) if job else []
-                inc.summary = f"collective timeout; rank(s) {ranks} never arrived" if ranks else inc.summary
-                self.life.emit(inc, e.ts)
+            ranks = inc.reports.culprit_ranks(job) if job else []
+            summary = f"collective timeout; rank(s) {ranks} never arrived" if ranks else inc.summary
+            if (node, set(gpus)) != (inc.node, inc.gpus) or summary != inc.summary:
+                # recomputed whenever the reports change: a rank that reported is never said to be missing
+                inc.node, inc.gpus, inc.summary = node, set(gpus), summary
+                now = max(self.state.clock or e.ts, e.ts)  # decided now, whenever the late report was written
+                self.life.emit(inc, now)
+                self.life.immediate(inc, now)  # a notify already out said other facts: say the current ones
 
     def _on_cuda_oom(self, e: ev.Event, b: ev.CudaOom) -> None:
         self._crash(e, "cuda_oom", f"CUDA out of memory on rank {e.rank}")
 
     def _on_cuda_error(self, e: ev.Event, b: ev.CudaError) -> None:
-        self._crash(e, "software_crash", f"CUDA error on rank {e.rank}: {b.error}")
+        self._crash(e, "software_crash", f"CUDA error on rank {e.rank}: {b.error}", f"{b.error} {b.message}")
 
     def _on_app_error(self, e: ev.Event, b: ev.AppError) -> None:
-        self._crash(e, "software_crash", f"rank {e.rank} raised {b.exception}")
+        self._crash(e, "software_crash", f"rank {e.rank} raised {b.exception}", f"{b.exception}: {b.message}")
 
     def _on_worker_exit(self, e: ev.Event, b: ev.WorkerExit) -> None:
         if not e.job:
             return
         if b.exitcode > 0:
             why = f": {b.error.splitlines()[0][:200]}" if b.error else ""
-            self._crash(e, "software_crash", f"rank {e.rank} exited with code {b.exitcode}{why}")
+            self._crash(e, "software_crash", f"rank {e.rank} exited with code {b.exitcode}{why}", b.error or "")
         elif b.exitcode == -9 and e.node and self._near(self.state.host_oom.get(e.node), e.ts):
             self._crash(e, "software_crash", f"rank {e.rank} killed by the host OOM killer")
         elif -b.exitcode in CRASH_SIGNALS:
@@ -93,11 +123,59 @@ class TrainingRules:
         elif (inc := self.state.failure_of(e.job)) is not None:
             inc.add_evidence(e.id)  # killed by a signal: a consequence, not a cause
 
-    def _crash(self, e: ev.Event, category: str, reason: str) -> None:
+    def _crash(self, e: ev.Event, category: str, reason: str, text: str = "") -> None:
         if not e.job:
             return
         node, gpus = self._rank_place(e.job, e.rank, e.node)
-        self.life.failure(e.job, Finding(exit_category(category) or category, e.ts, node, gpus, reason, e.id))
+        category = exit_category(category) or category
+        if category == "software_crash" and self._load_failure(e.job, e.ts, text or reason, e.id):
+            return
+        fenced = self._fenced_cause(node, gpus)
+        if fenced is not None and category in ("software_crash", "network_timeout"):
+            category, reason = fenced[0], f"{reason}, on hardware fenced for {fenced[0]} ({fenced[1]})"
+        self.life.failure(e.job, Finding(category, e.ts, node, gpus, reason, e.id))
+
+    def _fenced_cause(self, node: str | None, gpus: list[int]) -> tuple[str, str] | None:
+        """(category, incident) of the fence on the rank's GPU (or node), when it is a hardware fault's."""
+        if node is None:
+            return None
+        ledger = self.state.ledger
+        fence = ledger.nodes.get(node) or next((ledger.gpus.get(node, {}).get(g) for g in gpus
+                                                if g in ledger.gpus.get(node, {})), None)
+        if fence is None or fence.reason not in HARDWARE_CATEGORIES:
+            return None
+        owner = self.state.incident(fence.incident)
+        category = owner.category if owner is not None and owner.category in HARDWARE_CATEGORIES else fence.reason
+        return category, fence.incident
+
+    def _load_failure(self, job: str, ts: datetime, text: str, evidence: str) -> bool:
+        """A restarted run died before its first step because its checkpoint would not load: mark the
+        checkpoint, and fail the job as the incident whose restart it was (nothing is fenced for it)."""
+        prog = self.state.job_progress(job)
+        book = prog.checkpoints
+        if book.loading is None or prog.run_steps or book.run_started is None or ts < book.run_started:
+            return False
+        told = any(ck.state == "failed_load" and ck.step == book.loading for ck in book.saved)
+        if not told and not _load_error(tuple(self.p.checkpoints.load_failure_patterns)).search(text):
+            return False
+        if book.load_failed:  # the same run's other reports of it (its exit, its error file's text)
+            inc = self.state.failure_of(job)
+            if inc is not None:
+                inc.add_evidence(evidence)
+            return True
+        book.load_failed = True
+        first = text.strip().splitlines()[0][:200] if text.strip() else "the run died before its first step"
+        ck = book.loaded_failed(first)
+        step = ck.step if ck is not None else book.loading
+        recovering = self.state.failure_of(job)  # the incident whose restart this run is
+        owner = recovering.id if recovering is not None and recovering.restart_attempts and \
+            recovering.state in ("verifying", "restarting", "awaiting_approval") else None
+        inc = self.life.failure(job, Finding("software_crash", ts, None, [],
+                                             f"checkpoint step {step} did not load: {first}", evidence,
+                                             belongs_to=owner))
+        if inc.id == owner or owner is None:
+            inc.load_failures += 1
+        return True
 
     def _rank_place(self, job: str, rank: int | None, node: str | None) -> tuple[str | None, list[int]]:
         j = self.state.topology.jobs.get(job)
@@ -121,10 +199,28 @@ class TrainingRules:
         elif prog.loss_plateaued(t.loss_plateau_s, t.loss_min_improvement):
             self.life.condition(e.job, None, "loss_anomaly", [], e.ts,
                                 f"loss has not improved for {t.loss_plateau_s:.0f}s", e.id)
-        gap = prog.usual_step_gap() or 0.0
-        self.queue.arm("hang", (e.job,), (prog.last_step_ts or e.ts)
-                       + timedelta(seconds=max(t.hang_min_s, t.hang_factor * gap)))
-        self.recovery.check_progress(e.job, e.ts)
+        last = prog.last_step_ts or e.ts
+        gap, save = prog.longest_step_gap(), self._save_allowance(e.job, prog, last)
+        if gap is None:  # no interval known yet: the floor times the factor
+            hang, busy = t.hang_factor * t.hang_min_s, t.hang_factor * t.hang_min_s
+        else:
+            hang, busy = max(t.hang_min_s, t.hang_factor * gap), max(t.hang_busy_min_s, t.hang_busy_factor * gap)
+        self.queue.arm("hang", (e.job,), last + timedelta(seconds=hang + save))
+        self.queue.arm("hang_check", (e.job,), last + timedelta(seconds=busy + save))
+        self.verification.check_progress(e.job, e.ts)
+
+    def _save_allowance(self, job: str, prog: JobProgress, last: datetime) -> float:
+        """How long a checkpoint save may hold the steps back: the longest save seen; before one was timed,
+        when the job is due for a checkpoint (its policy's interval), as long as an unknown cadence."""
+        if prog.save_seconds:
+            return prog.longest_save()
+        j = self.state.topology.jobs.get(job)
+        interval = j.spec.checkpoint.interval_s if j is not None and j.spec.checkpoint else None
+        saved = prog.checkpoints.saved
+        since = saved[-1].ts if saved else prog.run_started
+        if interval and since is not None and (last - since).total_seconds() >= 0.9 * interval:
+            return self.p.thresholds.hang_factor * self.p.thresholds.hang_min_s
+        return 0.0
 
     def _on_trainer_heartbeat(self, e: ev.Event, b: ev.TrainerHeartbeat) -> None:
         """The trainer is alive. Recorded in the job's progress (``heartbeat_ts``) for a hang rule that
@@ -132,22 +228,78 @@ class TrainingRules:
         if e.job:
             self.state.job_progress(e.job).on_heartbeat(e.ts)
 
-    def _timer_hang(self, key: TimerKey, due: datetime) -> None:
-        name = str(key[0])
+    def _hanging(self, name: str) -> Job | None:
+        """The job, when it is running, has no open failure and no silent node (whose rules decide)."""
         job = self.state.topology.jobs.get(name)
         inc = self.state.failure_of(name)
         if job is None or not job.running or (inc is not None and inc.state not in DONE):
-            return
+            return None
         if any(n in self.state.silent for n in job.nodes):
-            return  # a silent node explains it; the silence rules decide
-        last = self.state.job_progress(job.name).last_step_ts
-        self.life.failure(job.name, Finding("training_hang", due, None,
-                                            reason=f"no training step since {last.isoformat() if last else '?'}"))
+            return None
+        return job
+
+    def _timer_hang(self, key: TimerKey, due: datetime) -> None:
+        job = self._hanging(str(key[0]))
+        if job is None:
+            return
+        prog = self.state.job_progress(job.name)
+        last = prog.last_step_ts
+        alive = prog.heartbeat_ts
+        how = ("its trainer is alive (heartbeat " + human(alive) + ") but stuck" if alive and last and alive > last
+               else "its trainer is silent too" if alive else "")
+        self.life.failure(job.name, Finding("training_hang", due, None, reason="no training step since "
+                                            f"{human(last) if last else '?'}" + (f": {how}" if how else "")))
+
+    def _timer_hang_check(self, key: TimerKey, due: datetime) -> None:
+        """Steps stopped a while ago: do the job's GPUs say the ranks spin in a collective (busy, low power)?"""
+        job = self._hanging(str(key[0]))
+        prog = self.state.job_progress(str(key[0]))
+        if job is None or prog.last_step_ts is None:
+            return
+        verdict = self._spinning(job, prog.last_step_ts)
+        if verdict is True:
+            t = self.p.thresholds
+            self.life.failure(job.name, Finding(
+                "training_hang", due, None, reason=f"no training step since {human(prog.last_step_ts)} while every "
+                f"GPU of the job is busy (>= {t.busy_util_pct:g}% utilisation) at under {t.low_power_fraction:.0%} "
+                "of its training power: ranks spinning in a collective"))
+        elif verdict is None and (hang := self.queue.due("hang", (job.name,))) is not None:
+            later = due + timedelta(seconds=self._sample_interval(job))
+            if later < hang:
+                self.queue.arm("hang_check", (job.name,), later)  # not enough readings since the stop yet
+
+    def _spinning(self, job: Job, stopped: datetime) -> bool | None:
+        """True: most of the job's GPUs were sampled since ``stopped`` and every such reading is busy at low
+        power (against the GPU's own readings before); False: a reading says otherwise; None: too few yet."""
+        t = self.p.thresholds
+        seen = 0
+        places = list(job.rank_of)
+        for node, idx in places:
+            health = self.state.health.get(node, {}).get(idx)
+            readings = list(health.recent) if health is not None else []
+            after = [r for r in readings if r[0] > stopped]
+            before = [r[2] for r in readings if r[0] <= stopped and r[2] is not None]
+            if not after:
+                continue
+            if not before:
+                return None
+            seen += 1
+            training = statistics.median(before)
+            for _, util, power in after:
+                if util is None or power is None or util < t.busy_util_pct or power > t.low_power_fraction * training:
+                    return False
+        return True if places and seen * 2 >= len(places) else None
+
+    def _sample_interval(self, job: Job) -> float:
+        cads = [c for n in job.nodes if (nv := self.state.nvml.get(n)) is not None and (c := nv.cadence())]
+        return max(5.0, min(cads)) if cads else 30.0
 
     def _on_checkpoint_saved(self, e: ev.Event, b: ev.CheckpointSaved) -> None:
         if not e.job:
             return
-        self.state.job_progress(e.job).on_checkpoint_saved(e.ts, b.step, b.path)
+        local = b.path is not None and any(b.path == x or b.path.startswith(x.rstrip("/") + "/")
+                                           for x in self.p.checkpoints.node_local_prefixes)
+        self.state.job_progress(e.job).on_checkpoint_saved(e.ts, b.step, b.path, e.node, local, b.seconds)
         for cat in ("checkpoint_failure", "checkpoint_stale"):
             inc = self.state.condition(e.job, None, cat)
             if inc is not None and inc.state not in DONE:
@@ -157,13 +309,24 @@ class TrainingRules:
     def _on_checkpoint_failed(self, e: ev.Event, b: ev.CheckpointFailed) -> None:
         if not e.job:
             return
-        self.state.job_progress(e.job).checkpoint_failures += 1
+        prog = self.state.job_progress(e.job)
+        book = prog.checkpoints
+        if book.loading is not None and not prog.run_steps and b.step in (None, book.loading) \
+                and (b.path is None or book.loading_path is None or b.path == book.loading_path) \
+                and book.run_started is not None and e.ts >= book.run_started:
+            book.loaded_failed(b.error[:200] or "the trainer reported it failed")  # a load, not a write
+            return
+        book.on_failed(b.step, b.path)
+        prog.checkpoint_failures += 1
         self.life.condition(e.job, None, "checkpoint_failure", [], e.ts,
                             f"checkpoint write failed at step {b.step}: {b.error[:200]}", e.id)
 
     def _on_checkpoint_loaded(self, e: ev.Event, b: ev.CheckpointLoaded) -> None:
-        inc = self.state.failure_of(e.job or "")
-        if inc is not None and inc.state == "verifying" and b.step is not None:
+        if not e.job or b.step is None:
+            return
+        self.state.job_progress(e.job).checkpoints.on_loaded(b.step, b.path)
+        inc = self.state.failure_of(e.job)
+        if inc is not None and inc.state == "verifying":
             inc.restored_step = b.step
 
     def arm_stale(self, job: str, now: datetime) -> None:

@@ -40,7 +40,8 @@ from common.kafka_reader import TopicReader, read_topic
 from common.settings import Settings
 from faultline.bench.goodput import compare
 from faultline.bench.storm import StormSizes, storm
-from faultline.pipeline import CorrelatorWorker, end_marker, ensure_broker, replay_batching, wait_for_end
+from faultline.pipeline import CorrelatorWorker, end_marker, replay_batching, wait_for_end
+from faultline.preflight import ensure_broker
 from faultline.simulate import FaultPlan, Fleet
 from producers.capture import parse_capture_line
 from producers.delivery import EventPublisher
@@ -59,7 +60,7 @@ class Sizes:
         self.fleet_seconds = 120 if quick else 600
         self.throughput_runs = 1 if quick else 3
         self.detect_samples = 5 if quick else 40
-        # telemetry of a ~2,000-GPU cell after publish-on-change (deploy/topics.py: 10,000 GPUs ~ 2,700/s)
+        # telemetry of a ~2,000-GPU cell after publish-on-change (deploy/topics/: 10,000 GPUs ~ 2,700/s)
         self.background_eps = 200 if quick else 530
         self.replay_nodes = 2 if quick else 32
         self.storm = StormSizes(quick)

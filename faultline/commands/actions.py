@@ -54,7 +54,7 @@ def register(add: Add) -> None:
 
 
 def _decide(args: argparse.Namespace, settings: Settings) -> int:
-    from faultline.pipeline import ensure_broker
+    from faultline.preflight import ensure_broker
     from sinks.executors.approvals import find_command, send_decision
     from streams.decisions import Approval
     from streams.signing import approval_for, sign_approval
@@ -90,7 +90,7 @@ def _decide(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _operator_action(args: argparse.Namespace, settings: Settings) -> int:
-    from faultline.pipeline import ensure_broker
+    from faultline.preflight import ensure_broker
     from producers.delivery import EventPublisher
     from streams.events import Event, GpuRef, OperatorAction
 

@@ -113,14 +113,14 @@ def _broker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _topics(args: argparse.Namespace, settings: Settings) -> int:
-    """``faultline topics plan|apply``: the plan of deploy/topics.py; apply is idempotent (only grows)."""
+    """``faultline topics plan|apply``: the plan of deploy/topics/; apply is idempotent (only grows)."""
     from deploy.topics import Assumptions, apply_plan, make_plan, render_actions, render_plan
 
     plan = make_plan(settings.namespace, Assumptions(gpus=args.gpus))
     if args.action == "plan":
         print(to_json(dataclasses.asdict(plan)) if args.json else render_plan(plan))
         return 0
-    from faultline.pipeline import ensure_broker
+    from faultline.preflight import ensure_broker
 
     actions = apply_plan(settings.kafka_config(ensure_broker(settings)), plan, dry_run=args.dry_run)
     registered = _register(settings) if settings.schema_registry and not args.dry_run else []
@@ -145,7 +145,7 @@ def _acls(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "plan":
         print(to_json({"grants": [dataclasses.asdict(g) for g in grants]}) if args.json else render_plan(grants))
         return 0
-    from faultline.pipeline import ensure_broker
+    from faultline.preflight import ensure_broker
 
     done = apply_acls(settings.kafka_config(ensure_broker(settings)), grants, dry_run=args.dry_run)
     print(to_json({"dry_run": args.dry_run, "done": done}) if args.json else "\n".join(done))

@@ -93,8 +93,7 @@ def _serve_metrics(settings: Settings) -> None:
 
 def _sink(args: argparse.Namespace, settings: Settings) -> int:
     from common.heap import tune_for_streaming
-    from faultline.pipeline import ensure_broker
-    from faultline.preflight import open_archive
+    from faultline.preflight import ensure_broker, open_archive
     from sinks.archive_sink import ArchiveSink
 
     stop = threading.Event()
@@ -112,7 +111,7 @@ def _sink(args: argparse.Namespace, settings: Settings) -> int:
 def _executor(args: argparse.Namespace, settings: Settings) -> int:
     from common.kafka_admin import create_namespace_topics
     from common.settings import MissingKeys
-    from faultline.pipeline import ensure_broker
+    from faultline.preflight import ensure_broker
     from sinks.executors.launch import ExecutorOptions, make_executor, trust_from, webhook_url
     from sinks.executors.runner import ExecutorRunner
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime
 from pathlib import Path
 
 from common.settings import Settings
@@ -42,11 +43,14 @@ def register(add: Add) -> None:
     tl.add_argument("--namespace", help=_NAMESPACE_HELP)
     tl.set_defaults(run=_operator_view)
 
-    o = add("report", "Answer the operators' questions from the archive (failures, lost GPU-hours, recovery...).",
-            "faultline report --since 7d")
+    o = add("report", "Answer the operators' questions from the archive (failures, lost GPU-hours, recovery...); "
+            "`report lemons`: the GPUs and nodes that keep hurting jobs.", "faultline report --since 7d")
+    o.add_argument("topic", nargs="?", choices=["lemons"],
+                   help="lemons: GPUs and nodes by lemon score (failures blamed on software, across jobs), worst first")
     o.add_argument("--since", help="window start: a duration back from now (30m, 12h, 7d, 2w) or an ISO date/time")
     o.add_argument("--json", action="store_true", help="print JSON on standard output instead of tables")
     o.add_argument("--namespace", help=_NAMESPACE_HELP)
+    o.add_argument("--top", type=int, default=20, help="lemons: how many GPUs and nodes to list (default 20)")
     o.set_defaults(run=_report)
 
 
@@ -60,6 +64,8 @@ def _report(args: argparse.Namespace, settings: Settings) -> int:
         since = parse_since(args.since) if args.since else None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if args.topic == "lemons":
+        return _lemons(args, settings, since)
     with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
                       create=False) as archive:
         report = build_report(archive, since=since)
@@ -67,6 +73,23 @@ def _report(args: argparse.Namespace, settings: Settings) -> int:
         print(to_json(report.to_json()))
     else:
         render_report(report)
+    return 0
+
+
+def _lemons(args: argparse.Namespace, settings: Settings, since: datetime | None) -> int:
+    from correlators.policy import load_policy
+    from faultline.lemon_report import lemon_report, print_lemons
+    from faultline.preflight import check_policy, open_archive
+    from faultline.terminal import to_json
+
+    if args.top < 1:
+        raise UsageError(f"--top wants a positive number, got {args.top}")
+    check_policy(settings.policy)
+    policy = load_policy(settings.policy).lemons
+    with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
+                      create=False) as archive:
+        report = lemon_report(archive, policy, since=since, top=args.top)
+    print(to_json(report)) if args.json else print_lemons(report)
     return 0
 
 

@@ -1,7 +1,9 @@
 """Small JSON state files that survive an agent restart (read positions, last ids).
 
 Writes are atomic (a temporary file renamed over the old one), so a crash
-leaves either the old or the new state, never half of one.
+leaves either the old or the new state, never half of one; and durable (the
+file synced before the rename, the directory after it), so a power cut right
+after a save does not bring back the state from before it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,15 @@ def load_state(path: Path) -> dict[str, Any] | None:
 
 
 def save_state(path: Path, data: dict[str, Any]) -> None:
-    """Replace the state at ``path`` with ``data`` atomically."""
+    """Replace the state at ``path`` with ``data`` atomically and durably."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(data))
+        fh.flush()
+        os.fsync(fh.fileno())
     os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -588,12 +588,51 @@ _ANSWERS = [
     """,
 ]
 
+# --- lemons (migration 6) -----------------------------------------------------------------------
+#
+# What a lemon score is made of, as the archive keeps it: every failure incident of a job blamed on
+# software or an unknown cause (the categories that stop a job but blame no hardware), once per GPU
+# it names as culprit (a row with gpu '' when it names only the node), with the share of blame each
+# GPU takes (1 / culprit_gpus). `faultline report lemons` scores these rows with the correlator's own
+# arithmetic and policy (correlators/lemons.py: weights, half-life), so the archive and the
+# correlator agree on every GPU's score; `lemon_fences` holds what the correlator fenced for it,
+# with the score and the incidents it was fenced on (the command's params).
+_UNEXPLAINED = "('software_crash', 'network_timeout', 'training_hang', 'cuda_oom')"
+
+_LEMONS = [
+    f"""
+    CREATE VIEW IF NOT EXISTS lemon_implications AS
+    SELECT i.id AS incident, assumeNotNull(i.job) AS job, i.category AS category, i.opened_at AS opened_at,
+           i.state AS state, assumeNotNull(i.culprit_node) AS node, g AS gpu,
+           length(i.culprit_gpus) AS culprit_gpus,
+           if(g = '', NULL, k.gpu_index) AS gpu_index,
+           i.lost_gpu_hours AS lost_gpu_hours
+    FROM incidents_latest AS i
+    LEFT ARRAY JOIN i.culprit_gpus AS g
+    LEFT JOIN gpu_keys AS k
+        ON k.node = ifNull(i.culprit_node, '')
+        AND k.key = multiIf(startsWith(g, 'GPU-'), g, match(g, '^[0-9]+$'), g,
+                            extract(lower(g), '([0-9a-f]{{2}}:[0-9a-f]{{2}})([.][0-9a-f])?$'))
+    WHERE i.job IS NOT NULL AND i.culprit_node IS NOT NULL AND i.category IN {_UNEXPLAINED}
+    """,
+    """
+    CREATE VIEW IF NOT EXISTS lemon_fences AS
+    SELECT id AS command, incident, type, ifNull(node, '') AS node, ifNull(gpu, '') AS gpu, issued_at,
+           JSONExtractFloat(params, 'score') AS score, JSONExtractFloat(params, 'threshold') AS threshold,
+           JSONExtract(params, 'incidents', 'Array(String)') AS evidence,
+           JSONExtract(params, 'jobs', 'Array(String)') AS jobs, reason
+    FROM commands FINAL
+    WHERE type IN ('quarantine_gpu', 'cordon_node') AND JSONExtractString(params, 'reason') = 'lemon'
+    """,
+]
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "core tables: events, incident_versions, commands, command_results, deadletters", _CORE),
     Migration(2, "incidents_latest view", _LATEST),
     Migration(3, "checkpoints and gpu_ledger, filled by materialized views", _DERIVED),
     Migration(4, "incident_timeline view", _TIMELINE),
     Migration(5, "operator questions: fact views and report_* answer views", _FACTS + _ANSWERS),
+    Migration(6, "lemons: lemon_implications and lemon_fences views", _LEMONS),
 ]
 
 _BOOKKEEPING = """

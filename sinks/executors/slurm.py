@@ -21,12 +21,15 @@ What each command does:
 * ``release_gpu`` — takes our entry for that GPU (or, without a GPU, every
   faultline entry) out of the reason; the node is resumed (``State=RESUME``)
   when no faultline entry is left, and stays drained for the others.
-* ``restart_job`` — ``scontrol requeue <jobid>``; with excluded nodes,
-  ``requeuehold``, ``update JobId=<id> ExcNodeList=<nodes>``, ``release``, so
-  the job cannot start again before the exclusion is in place (a failed
-  update leaves it held, and says so). Excluded single GPUs need no job
-  change: their nodes are drained by ``quarantine_gpu``. The batch script
-  resumes from its newest checkpoint itself, as Slurm requeues restart it.
+* ``restart_job`` — ``scontrol requeue <jobid>``; with excluded nodes or a
+  GPU class, ``requeuehold``, ``update JobId=<id> ExcNodeList=<nodes>
+  TresPerJob=gres/gpu:<class>:<count>``, ``release``, so the job cannot start
+  again before the exclusion and the request for compatible replacements
+  (``--gpus=<class>:<count>``: the job's GRES type, as many as its elasticity
+  allows) are in place (a failed update leaves it held, and says so). Excluded
+  single GPUs need no job change: their nodes are drained by ``quarantine_gpu``.
+  The batch script resumes from its newest checkpoint itself, as Slurm requeues
+  restart it.
 * ``reboot_node`` — ``scontrol reboot ASAP nextstate=DOWN`` (drain, reboot
   when idle, stay down until validated and released); the executor core
   runs it only after a person's approval.
@@ -66,6 +69,7 @@ SUPPORTED_TYPES: frozenset[str] = frozenset(
 REASON_PREFIX = "faultline:"
 
 _FIELD = re.compile(r"(?:^|\s)(\w+)=(\S*)")
+_GPU_CLASS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _REASON = re.compile(r"\sReason=(.*?)(?:\s+\[[^\]@]*@[^\]]*\])?\s*$")
 
 
@@ -130,16 +134,16 @@ class SlurmBackend:
                     f"{shlex.join(['scontrol', 'update', f'NodeName={node}', 'State=RESUME'])} when none is left")
         if cmd.type == "reboot_node":
             return shlex.join(self._reboot_args(cmd))
-        excluded = excluded_nodes(cmd)
-        if excluded:
-            return (f"scontrol requeuehold {job}; scontrol update JobId={job} ExcNodeList={','.join(excluded)}; "
+        updates = _job_updates(cmd)
+        if updates:
+            return (f"scontrol requeuehold {job}; scontrol update JobId={job} {' '.join(updates)}; "
                     f"scontrol release {job}")
         return f"scontrol requeue {job}"
 
     def execute(self, cmd: Command) -> str:
         _check_identifiers(cmd)
         if cmd.type == "restart_job":
-            return self._restart(require(cmd, "job"), excluded_nodes(cmd))
+            return self._restart(require(cmd, "job"), _job_updates(cmd))
         node = require(cmd, "node")
         if cmd.type in ("cordon_node", "drain_node"):
             return self._drain(node, _entry(cmd))
@@ -199,20 +203,20 @@ class SlurmBackend:
 
     # --- jobs ---------------------------------------------------------------------------
 
-    def _restart(self, job: str, excluded: list[str]) -> str:
+    def _restart(self, job: str, updates: list[str]) -> str:
         job_id = self._job_id(job)
-        if not excluded:
+        if not updates:
             self.run(["scontrol", "requeue", job_id])
             return f"requeued job {job_id}"
-        nodes = ",".join(excluded)
+        what = ", ".join(_describe(u) for u in updates)
         self.run(["scontrol", "requeuehold", job_id])
         try:
-            self.run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={nodes}"])
+            self.run(["scontrol", "update", f"JobId={job_id}", *updates])
         except ExecutionError as exc:
-            raise ExecutionError(f"job {job_id} requeued and HELD: excluding {nodes} failed ({exc}); "
-                                 f"fix the exclusion, then `scontrol release {job_id}`") from exc
+            raise ExecutionError(f"job {job_id} requeued and HELD: {what} failed ({exc}); "
+                                 f"fix the job, then `scontrol release {job_id}`") from exc
         self.run(["scontrol", "release", job_id])
-        return f"requeued job {job_id} excluding {nodes}"
+        return f"requeued job {job_id} {what}"
 
     def _job_id(self, job: str) -> str:
         """A job id as given, or the one active job of that name."""
@@ -233,6 +237,26 @@ def _check_identifiers(cmd: Command) -> None:
     for why_not, value in checks:
         if value is not None and (why := why_not(value)) is not None:
             raise ExecutionError(f"not passed to scontrol: {why}")
+
+
+def _job_updates(cmd: Command) -> list[str]:
+    """The held job's changes a restart asks for: the nodes to avoid, the GPUs to ask for (class and count)."""
+    updates = []
+    excluded = excluded_nodes(cmd)
+    if excluded:
+        updates.append(f"ExcNodeList={','.join(excluded)}")
+    cls, count = cmd.params.get("gpu_class"), cmd.params.get("gpus")
+    if cls:
+        if not isinstance(cls, str) or not _GPU_CLASS.fullmatch(cls):
+            raise ExecutionError(f"restart_job: gpu_class {cls!r} is not a GRES type name")
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+            updates.append(f"TresPerJob=gres/gpu:{cls}:{count}")
+    return updates
+
+
+def _describe(update: str) -> str:
+    key, _, value = update.partition("=")
+    return f"excluding {value}" if key == "ExcNodeList" else f"asking for {value.removeprefix('gres/')}"
 
 
 def _entry(cmd: Command) -> str:

@@ -118,6 +118,9 @@ class Capture:
         self._hb: tuple[float, list[str] | None] | None = None
         self._nvml: float | None = None
         self._raw: list[tuple[float, str]] = []
+        self._bmc_every: float | None = None
+        self._bmc_dead: dict[str, float] = {}
+        self._bmc_quiet: set[str] = set()
 
     # --- plumbing ---------------------------------------------------------------------
     def _add(self, t: float, source: str, **data: Any) -> _Obs:
@@ -158,8 +161,12 @@ class Capture:
 
     def job(self, name: str, alloc: list[str] | dict[str, list[int]], at: float = 10.0,
             elastic: tuple[int, int] | None = None, interval: float | None = 600.0, max_restarts: int | None = 3,
-            owner: str = "ml-team", train: bool = True, step_every: float = 10.0) -> Capture:
-        """``job_started`` (again for a restart: training resumes from the newest checkpoint)."""
+            owner: str = "ml-team", train: bool = True, step_every: float = 10.0, ckpt_dir: str | None = None,
+            resume_step: int | None = None, gpu_class: str = "H100-80GB", announce_load: bool = True,
+            save_s: float = 4.0) -> Capture:
+        """``job_started`` (again for a restart: training resumes from the newest checkpoint, or from
+        ``resume_step`` -- an owner's rollback; ``announce_load``: the trainer logs ``checkpoint_loaded``);
+        checkpoints go to ``ckpt_dir`` (default /mnt/ckpt/<name>) and take ``save_s`` (steps wait for them)."""
         spec = alloc if isinstance(alloc, dict) else {n: list(range(self.nodes[n]["gpus"])) for n in alloc}
         rows, rank = [], 0
         for node, gpus in spec.items():
@@ -167,7 +174,7 @@ class Capture:
             rank += len(gpus)
         world = rank
         lo, hi = elastic or (world, world)
-        j = _Job(name, rows, interval, f"/mnt/ckpt/{name}")
+        j = _Job(name, rows, interval, ckpt_dir or f"/mnt/ckpt/{name}")
         prev = self.jobs.get(name)
         if prev is not None:
             j.segments = prev.segments
@@ -179,13 +186,16 @@ class Capture:
             "allocation": [{"node": n, "gpus": g, "ranks": r} for n, g, r in rows],
             "world_size": world, "elastic": {"min_gpus": lo, "max_gpus": hi},
             "checkpoint": {"dir": j.ckpt_dir, "interval_s": interval} if interval else None,
-            "gpu_class": "H100-80GB", "owner": owner, "max_restarts": max_restarts,
+            "gpu_class": gpu_class, "owner": owner, "max_restarts": max_restarts,
         }
         o = self._add(at, "scheduler", **{k: v for k, v in body.items() if v is not None})
         if train:
             resume = self.checkpoint_before(name, at) if prev is not None else None
+            if resume_step is not None:
+                resume = (at, resume_step)
             j.segments.append({"start": at, "stop": None, "every": step_every, "resume": resume,
-                               "node": rows[0][0], "interval": interval, "nan_at": None})
+                               "node": rows[0][0], "interval": interval, "nan_at": None, "save_s": save_s,
+                               "announce": announce_load})
         return self._inject([o])
 
     def stop_training(self, job: str, at: float) -> Capture:
@@ -209,8 +219,9 @@ class Capture:
         step = seg["resume"][1] if seg["resume"] else 0
         t = seg["start"] + seg["every"]
         if seg["resume"]:
-            out.append((seg["start"] + 5, {"event": "checkpoint_loaded", "step": step,
-                                           "path": f"{j.ckpt_dir}/step_{step:07d}"}))
+            if seg.get("announce", True):
+                out.append((seg["start"] + 5, {"event": "checkpoint_loaded", "step": step,
+                                               "path": f"{j.ckpt_dir}/step_{step:07d}"}))
             t += 10
         last_ck = seg["start"]
         while t < stop:
@@ -220,16 +231,33 @@ class Capture:
                 loss = seg["flat_loss"] + 0.002 * math.sin(step / 30)
             if seg["nan_at"] is not None and t >= seg["nan_at"]:
                 loss = float("nan")
-            tp = 430.0 + 3 * math.sin(step / 70)
+            tp = (430.0 + 3 * math.sin(step / 70)) * self._speed(seg, t)
             out.append((t, {"event": "step", "step": step, "loss": round(loss, 5) if math.isfinite(loss) else loss,
                             "samples_per_s": round(tp, 1)}))
             if seg["interval"] and t - last_ck >= seg["interval"] - 1e-6 and not seg.get("no_ckpt_after", 1e18) <= t:
                 last_ck = t
-                out.append((t + 4, {"event": "checkpoint_saved", "step": step,
-                                    "path": f"{j.ckpt_dir}/step_{step:07d}", "bytes": 14_000_000_000,
-                                    "seconds": 4.0}))
+                save = seg.get("save_s", 4.0)
+                out.append((t + save, {"event": "checkpoint_saved", "step": step,
+                                       "path": f"{j.ckpt_dir}/step_{step:07d}", "bytes": 14_000_000_000,
+                                       "seconds": save}))
+                t += max(0.0, save - 4.0)  # a save longer than the usual pause holds the next step back
             t += seg["every"]
         return out
+
+    @staticmethod
+    def _speed(seg: dict[str, Any], t: float) -> float:
+        factor = 1.0
+        for at, f in sorted(seg.get("speed", [])):
+            if at <= t:
+                factor = f
+        return factor
+
+    def slow(self, at: float, job: str, factor: float) -> Capture:
+        """From ``at`` on, the job's current run steps at ``factor`` of its usual throughput (samples/s)."""
+        for seg in self.jobs[job].segments:
+            if seg["stop"] is None or seg["stop"] > at:
+                seg.setdefault("speed", []).append((at, factor))
+        return self
 
     def checkpoint_before(self, job: str, t: float) -> tuple[float, int] | None:
         """(time, step) of the newest checkpoint saved before ``t``, or None."""
@@ -304,6 +332,33 @@ class Capture:
         if prefix == "kmsg":
             return f"4,{int(at * 10) + 1000},{int((86400 + at) * 1e6)},-;"
         return ""
+
+    def vanish(self, at: float, node: str, gpu: int) -> Capture:
+        """The GPU stops appearing in NVML from ``at`` (off the bus, and no kernel line says so)."""
+        self._gone[(node, gpu)] = at
+        return self
+
+    def spin(self, at: float, job: str, util: float = 100.0, power: float = 140.0) -> Capture:
+        """The job's steps stop at ``at`` while every GPU of it stays busy at low power (ranks spinning in a
+        collective): its NVML readings change from ``at`` on."""
+        self.stop_training(job, at)
+        for node, gpus, _ in self.jobs[job].alloc:
+            for g in gpus:
+                self._metrics.append((at, node, g, {"utilization_pct": util, "power_w": power}))
+        return self
+
+    def bmc_polls(self, every: float = 60.0) -> Capture:
+        """Every node's BMC is polled every ``every`` s: power on, or a failed poll once ``bmc_down``."""
+        self._bmc_every = every
+        return self
+
+    def bmc_down(self, at: float, node: str, quiet: bool = False) -> Capture:
+        """The node's BMC stops answering its polls from ``at``: each poll reports it unreachable, or (``quiet``)
+        nothing is reported for it at all (its poller lost it)."""
+        self._bmc_dead[node] = at
+        if quiet:
+            self._bmc_quiet.add(node)
+        return self
 
     def metric(self, at: float, node: str, gpu: int, **metrics: Any) -> Capture:
         """NVML readings change from ``at`` on (counters stay); one sample is sent at ``at``."""
@@ -505,6 +560,17 @@ class Capture:
                             add(t, "nvml", node=node, gpu=self._gpu_ref(node, i),
                                 metrics=self._metrics_at(node, i, t))
                         t += self._nvml
+        if self._bmc_every:
+            for k, node in enumerate(sorted(self.nodes)):
+                t = 5.0 + (k * 7.3) % self._bmc_every
+                while t < self.duration:
+                    dead = self._bmc_dead.get(node)
+                    if dead is not None and t >= dead:
+                        if node not in self._bmc_quiet:
+                            add(t, "bmc", node=node, reachable=False)
+                    else:
+                        add(t, "bmc", node=node, power="on")
+                    t += self._bmc_every
         for j in self.jobs.values():
             for seg in j.segments:
                 for t, d in self._steps(j, seg):

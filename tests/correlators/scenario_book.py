@@ -757,6 +757,141 @@ def clock_skew_torchelastic_behind() -> tuple[Capture, dict[str, Any]]:
     return _skewed(0, -30)
 
 
+# --- lemons: hardware in failure after failure that each looked like software -----------------------
+DAY = 86400.0
+BUG = "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+def lemon_fleet(days: float = 7.5) -> Capture:
+    """Two nodes over a week or more: sparse heartbeats, no NVML (a long capture stays small)."""
+    return fleet("n1", "n2", duration=days * DAY, nvml=None, hb=600)
+
+
+def crashes(cap: Capture, runs: list[tuple[str, float, int]], node: str = "n1", run_s: float = 3600) -> Capture:
+    """Each (job, start, GPU): the job runs ``run_s`` on ``node``, then the rank on that GPU crashes."""
+    for job, start, gpu in runs:
+        cap.job(job, [node], at=start).crash(start + run_s, job, rank=gpu, error=BUG)
+    return cap
+
+
+def _no_lemon(cap: Capture, jobs: list[str]) -> dict[str, Any]:
+    return expect(incidents=[{"job": j, "category": "software_crash"} for j in dict.fromkeys(jobs)],
+                  must=[restart(jobs[0])], must_not=[*NO_FENCE, {"type": "validate_gpu"}])
+
+
+@scenario
+def lemon_gpu_three_jobs_in_a_week() -> tuple[Capture, dict[str, Any]]:
+    """GPU 5 of n1 is in the software crashes of three different jobs over six days: each alone is the
+    application's, together they are the card's. It is fenced and validated at the third, before that
+    job's restart, which avoids it."""
+    cap = crashes(lemon_fleet(), [("a", 0.5 * DAY, 5), ("b", 3.5 * DAY, 5), ("c", 6.5 * DAY, 5)])
+    third = 6.5 * DAY + 3600
+
+    def check(out: dict[str, Any], _cap: Capture) -> list[str]:
+        fences = [c for c in out["commands"] if c["type"] == "quarantine_gpu"]
+        return [f"lemon fenced at {c['issued_at']}, before the third crash" for c in fences
+                if _ts(c["issued_at"]) < _ts(at_iso(third))]
+
+    return cap, expect(
+        incidents=[{"job": j, "category": "software_crash", "culprit_node": "n1", "culprit_gpus": [5]}
+                   for j in "abc"],
+        must=[{"type": "quarantine_gpu", "node": "n1", "gpu": 5}, {"type": "validate_gpu", "node": "n1", "gpu": 5},
+              restart("a"), restart("b"), restart("c", excludes_gpu=["n1", 5])],
+        must_not=[{"type": "cordon_node"}, restart("a", excludes_gpu=["n1", 5]),
+                  restart("b", excludes_gpu=["n1", 5])],
+        at_most=[[{"type": "quarantine_gpu"}, 1], [{"type": "validate_gpu"}, 1]],
+        order=[[{"type": "quarantine_gpu"}, restart("c")]],
+        _check=check,
+    )
+
+
+@scenario
+def lemon_gpu_once_is_not_a_lemon() -> tuple[Capture, dict[str, Any]]:
+    """Three jobs crash in a week on the same node, each on another GPU: every card appears once."""
+    cap = crashes(lemon_fleet(), [("a", 0.5 * DAY, 5), ("b", 3.5 * DAY, 2), ("c", 6.5 * DAY, 7)])
+    return cap, _no_lemon(cap, ["a", "b", "c"])
+
+
+@scenario
+def lemon_one_jobs_own_bug_is_not_a_lemon() -> tuple[Capture, dict[str, Any]]:
+    """One job crashes three times in a week on the same GPU (restarted in between): its own bug, not
+    the card's, until another job fails there too. (Each run lasts eight hours, past the reopen window:
+    three incidents, not one reopened.)"""
+    cap = crashes(lemon_fleet(), [("a", 0.5 * DAY, 5), ("a", 3 * DAY, 5), ("a", 5.5 * DAY, 5)], run_s=8 * 3600)
+    exp = _no_lemon(cap, ["a"])
+    exp["incidents"] = []  # three incidents of one job: the scorer wants one per job, so count them here
+    exp["no_other_incidents"] = False
+
+    def check(out: dict[str, Any], _cap: Capture) -> list[str]:
+        cats = [i["category"] for i in out["incidents"]]
+        return [] if cats == ["software_crash"] * 3 else [f"expected three software crashes of a, got {cats}"]
+
+    exp["_check"] = check
+    return cap, exp
+
+
+@scenario
+def lemon_node_failures_on_many_gpus() -> tuple[Capture, dict[str, Any]]:
+    """Five jobs crash on n1 within four days, each on another GPU: no card is a lemon, the node is."""
+    cap = crashes(lemon_fleet(5), [(f"j{k}", (0.3 + 0.8 * k) * DAY, g) for k, g in enumerate([1, 3, 5, 6, 7])])
+    return cap, expect(
+        incidents=[{"job": f"j{k}", "category": "software_crash", "culprit_node": "n1"} for k in range(5)],
+        must=[{"type": "cordon_node", "node": "n1"}, {"type": "validate_gpu", "node": "n1"},
+              restart("j4", excludes_node="n1")],
+        must_not=[{"type": "quarantine_gpu"}, restart("j3", excludes_node="n1")],
+        at_most=[[{"type": "cordon_node"}, 1]],
+        order=[[{"type": "cordon_node"}, restart("j4")]],
+    )
+
+
+# --- policy edits: a scenario, a candidate policy, and exactly what a backtest must show ----------------
+@scenario
+def policy_edit_xid94_two_jobs() -> tuple[Capture, dict[str, Any]]:
+    """A contained ECC error (XID 94) kills job pt on n1 GPU 2; job ft on n2 crashes of its own bug."""
+    cap = fleet("n1", "n2", "n3").job("pt", ["n1"]).job("ft", ["n2"])
+    cap.xid(900, "n1", 2, 94).crash(901, "pt", rank=2)
+    cap.exception(1200, "ft", 3).crash(1200.5, "ft", rank=3, error="ValueError: expected a batch of 16")
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "gpu_memory_fault", "culprit_node": "n1", "culprit_gpus": [2]},
+                   {"job": "ft", "category": "software_crash"}],
+        must=[{"type": "quarantine_gpu", "node": "n1", "gpu": 2}, restart("pt", excludes_gpu=["n1", 2]),
+              restart("ft")],
+        must_not=[{"type": "quarantine_gpu", "node": "n2"}],
+    )
+
+
+#: name -> (scenario, candidate policy YAML, what its backtest against the default policy must show:
+#: counts of incident changes, command changes by type, and costs that move), exactly.
+POLICY_EDITS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "contained_ecc_is_the_applications": (
+        "policy_edit_xid94_two_jobs", "xid:\n  94: software\n",
+        {"recategorised": [("pt", "gpu_memory_fault", "software_crash")], "reblamed": [], "added": [], "removed": [],
+         "commands": {"quarantine_gpu": {"added": 0, "removed": 1, "changed": 0},
+                      "open_ticket": {"added": 0, "removed": 1, "changed": 0},
+                      "notify": {"added": 1, "removed": 0, "changed": 0},
+                      # both restarts: pt's no longer avoids GPU 2, nor does ft's (every restart avoids every
+                      # fenced GPU, and under the candidate nothing is fenced)
+                      "restart_job": {"added": 0, "removed": 0, "changed": 2}},
+         "gpus_fenced": (1, 0), "by_category": {"gpu_memory_fault": (1, 0), "software_crash": (1, 2)},
+         "by_xid": {"94": (1, 0)}}),
+    "xid79_is_a_firmware_hang": (
+        "xid79_fixed_job", "xid:\n  79: gpu_firmware_fault\n",
+        {"recategorised": [("pt", "gpu_off_bus", "gpu_firmware_fault")], "reblamed": [], "added": [], "removed": [],
+         "commands": {"open_ticket": {"added": 0, "removed": 1, "changed": 0},
+                      "reset_gpu": {"added": 1, "removed": 0, "changed": 0},
+                      "validate_gpu": {"added": 1, "removed": 0, "changed": 0}},
+         "gpus_fenced": (1, 1), "approvals": (0, 1), "by_category": {"gpu_off_bus": (1, 0), "gpu_firmware_fault": (0, 1)},
+         "by_xid": {"79": (1, 1)}}),
+    "lemons_need_three_jobs": (
+        "lemon_gpu_three_jobs_in_a_week", "lemons:\n  min_jobs: 4\n",
+        {"recategorised": [], "reblamed": [], "added": [], "removed": [],
+         "commands": {"quarantine_gpu": {"added": 0, "removed": 1, "changed": 0},
+                      "validate_gpu": {"added": 0, "removed": 1, "changed": 0},
+                      "restart_job": {"added": 0, "removed": 0, "changed": 1}},
+         "gpus_fenced": (1, 0), "lemons": (1, 0), "by_category": {"software_crash": (3, 3)}, "by_xid": {}}),
+}
+
+
 def decisions(out: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """What was decided, without ids and times: incidents and commands as comparable tuples."""
     incs = sorted((i["job"] or "", i["category"], i["culprit"]["node"] or "", tuple(sorted(i["culprit"]["gpus"])))
@@ -900,3 +1035,8 @@ def clock_skew_heartbeats_ahead_late_xid() -> tuple[Capture, dict[str, Any]]:
     cap, exp = xid79_late_duplicated_bad_input()
     cap.skew("node_agent", 30)
     return cap, exp
+
+
+# The books of our later issues register into SCENARIOS too (they import the helpers above).
+import scenario_book_gate  # noqa: E402,F401
+import scenario_book_recovery  # noqa: E402,F401

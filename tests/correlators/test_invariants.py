@@ -5,7 +5,16 @@
 (c) at most one open incident per (job, category), and one open failure per job, at any time;
 (d) the same input gives byte-identical output, and re-sent lines change nothing;
 (e) reset_gpu and reboot_node always require approval;
-(f) command ids are unique, and every command serves an incident that was published.
+(f) command ids are unique, and every command serves an incident that was published;
+and, for the restart gate (an oracle of its own that reads the capture, not the engine's state):
+(g) no restart includes a node or GPU of the failed allocation that was not heard from after the
+    failure by a detector able to speak for it (heartbeat, NVML), nor one that is suspect (not ready,
+    BMC unreachable or off, a hardware SEL or machine check since the failure): it is left out;
+(h) every GPU with a fatal XID in a job's allocation is fenced before that job's next restart;
+(i) a restart's checkpoint was saved before the failure, not failed, not failed to load, and of the
+    job's current lineage (no later run loaded an older step or saved at its step or below);
+(j) one incident per job and root cause: no later incident of a job blames hardware an earlier
+    incident of the same job fenced (the scheduler putting the job back on it is that incident's).
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ import random
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +34,12 @@ from builder import Capture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from correlators.engine import Correlator
 from correlators.findings import FAILURE_CATEGORIES
-from faultline.outcome import decide_offline
+from correlators.policy import load_policy
+from faultline.outcome import collate, decide_offline
+from producers.capture.screen import Accepted, CaptureScreen
+from streams import events as ev
 from streams.decisions import Command, Incident
 
 FENCES = ("quarantine_gpu", "cordon_node")
@@ -41,7 +56,8 @@ def _fault(cap: Capture, rnd: random.Random, jobs: list[str]) -> None:
     job = rnd.choice(jobs)
     rank = rnd.choice(cap.jobs[job].ranks)
     kind = rnd.choice(["xid", "xid", "xid_crash", "xid_crash", "crash", "nccl", "oom", "silence", "psu",
-                       "dbe", "hot", "ckpt", "nan", "hang", "failed", "restart", "exception", "rack"])
+                       "dbe", "hot", "ckpt", "nan", "hang", "failed", "restart", "exception", "rack",
+                       "vanish", "not_ready", "rollback", "load_fail", "second_xid", "slow", "spin", "slow_agent"])
     if kind == "xid":
         cap.xid(t, node, gpu, rnd.choice(XIDS), prefix=rnd.choice(["", "syslog", "dmesg", "kmsg"]))
     elif kind == "xid_crash":
@@ -92,6 +108,51 @@ def _fault(cap: Capture, rnd: random.Random, jobs: list[str]) -> None:
         for n in sorted(cap.nodes):
             if cap.nodes[n]["rack"] == rack:
                 cap.silence(t, n).bmc_unreachable(t + rnd.uniform(5, 120), n)
+    else:
+        _gate_fault(cap, rnd, kind, t, node, gpu, job, rank)
+
+
+MISSING_KEYS = "RuntimeError: Error(s) in loading state_dict for GPT: Missing key(s) in state_dict: \"w1\"."
+
+
+def _gate_fault(cap: Capture, rnd: random.Random, kind: str, t: float, node: str, gpu: int, job: str,
+                rank: int) -> None:
+    """The faults of the restart gate's issues: what could still speak, fences, checkpoints, recoveries."""
+    alloc = {n: g for n, g, _ in cap.jobs[job].alloc}
+    n, g = cap.jobs[job].place(rank)
+    if kind == "vanish":
+        cap.vanish(t, n, g)
+        if rnd.random() < 0.7:
+            cap.crash(t + rnd.uniform(0.5, 5), job, rank)
+    elif kind == "not_ready":  # the scheduler says one of the job's nodes (or another) is not ready
+        where = rnd.choice([*alloc, node])
+        cap.scheduler(t, "node_not_ready", node=where)
+        if rnd.random() < 0.3:
+            cap.scheduler(t + rnd.uniform(10, 200), "node_ready", node=where)
+        if rnd.random() < 0.8:
+            cap.crash(t + rnd.uniform(1, 30), job, rank, error="ValueError: bad shape")
+    elif kind == "rollback":
+        older = cap.checkpoint_before(job, t - 300)
+        if older is not None:
+            cap.job(job, alloc, at=t, resume_step=older[1], announce_load=rnd.random() < 0.5)
+            cap.xid(t + rnd.uniform(60, 300), n, g, 79).crash(t + 301, job, rank)
+    elif kind == "load_fail":
+        ck = cap.checkpoint_before(job, t)
+        cap.job(job, alloc, at=t, train=False)
+        if ck is not None and rnd.random() < 0.7:
+            cap.checkpoint_loaded(t + 5, job, ck[1])
+        cap.crash(t + 15, job, rank=rnd.choice(cap.jobs[job].ranks), error=MISSING_KEYS)
+    elif kind == "second_xid":
+        cap.xid(t, n, g, 79).crash(t + 1, job, rank)
+        other = rnd.choice([(nn, gg) for nn, gs in alloc.items() for gg in gs if (nn, gg) != (n, g)] or [(n, g)])
+        cap.xid(t + rnd.uniform(5, 60), other[0], other[1], rnd.choice([48, 79, 95, 74]))
+    elif kind == "slow":
+        cap.slow(t, job, rnd.choice([0.4, 0.6, 0.9]))
+    elif kind == "spin":
+        cap.spin(t, job)
+    elif kind == "slow_agent":  # a node whose agent went quiet a little before the job crashed
+        cap.silence(t, n)
+        cap.crash(t + rnd.uniform(0.5, 10), job, rank, error="RuntimeError: NCCL communicator was aborted")
 
 
 def random_capture(seed: int) -> list[str]:
@@ -232,7 +293,7 @@ _HASH_SCRIPT = """
 import hashlib, json, sys
 sys.path.insert(0, ".")
 from scenario_book import SCENARIOS
-from faultline.outcome import decide_offline
+from faultline.outcome import collate, decide_offline
 h = hashlib.sha256()
 for name in sys.argv[1:]:
     cap, _ = SCENARIOS[name]()
@@ -251,3 +312,321 @@ def test_same_bytes_under_any_hash_seed() -> None:
         assert run.returncode == 0, run.stderr[-2000:]
         digests.add(run.stdout.strip())
     assert len(digests) == 1
+
+
+# --- (g)-(j): the restart gate, by an oracle that reads the capture ------------------------------------------
+POLICY = load_policy()
+FATAL_XIDS = {code for code, cat in POLICY.xid.items() if cat in FAILURE_CATEGORIES} - set(POLICY.xid_needs_pending_remap)
+LOOKBACK = timedelta(seconds=POLICY.timing.hardware_lookback_s)
+
+
+@dataclass
+class _Run:
+    start: datetime
+    loaded: int | None = None
+    stepped: bool = False
+    saves: list[int] = field(default_factory=list)
+    load_error: bool = False
+
+
+@dataclass
+class _Oracle:
+    """What the capture said so far, in arrival order: the facts the invariants are judged against."""
+
+    alloc: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    pci: dict[str, dict[str, int]] = field(default_factory=dict)
+    heartbeats: dict[str, list[datetime]] = field(default_factory=dict)
+    samples: dict[str, dict[int, list[datetime]]] = field(default_factory=dict)
+    not_ready: set[str] = field(default_factory=set)
+    bmc_bad: set[str] = field(default_factory=set)
+    hardware_at: dict[str, list[datetime]] = field(default_factory=dict)
+    xids: list[tuple[str, str, int]] = field(default_factory=list)  # (job, node, GPU index) of fatal XIDs
+    saved: dict[str, list[tuple[int, str | None, datetime]]] = field(default_factory=dict)
+    failed: dict[str, set[int]] = field(default_factory=dict)
+    runs: dict[str, list[_Run]] = field(default_factory=dict)
+    fenced_gpus: set[tuple[str, str]] = field(default_factory=set)
+    fenced_nodes: set[str] = field(default_factory=set)
+    incidents: dict[str, Incident] = field(default_factory=dict)
+    first_alloc: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # incident -> alloc when published
+    clock: datetime | None = None
+
+    def index(self, node: str | None, ref: ev.GpuRef) -> int | None:
+        if node is None:
+            return None
+        if ref.pci and ref.pci in self.pci.get(node, {}):
+            return self.pci[node][ref.pci]
+        return ref.index
+
+    def see(self, e: ev.Event) -> None:
+        b, node, job = e.body, e.node, e.job
+        self.clock = max(self.clock or e.ts, e.ts)
+        if isinstance(b, ev.Inventory) and node:
+            self.pci[node] = {g.pci: g.index for g in b.gpus if g.pci}
+        elif isinstance(b, ev.JobStarted) and job:
+            self.alloc[job] = {a.node: list(a.gpus) for a in b.allocation}
+            self.runs.setdefault(job, []).append(_Run(e.ts))
+        elif isinstance(b, ev.AgentHeartbeat) and node:
+            self.heartbeats.setdefault(node, []).append(e.ts)
+        elif isinstance(b, ev.GpuSample) and node and (i := self.index(node, b.gpu)) is not None:
+            self.samples.setdefault(node, {}).setdefault(i, []).append(e.ts)
+        elif isinstance(b, ev.NodeState) and node:
+            (self.not_ready.discard if b.ready else self.not_ready.add)(node)
+        elif isinstance(b, ev.BmcPower | ev.BmcUnreachable | ev.BmcSel) and node:
+            bad = isinstance(b, ev.BmcUnreachable) or (isinstance(b, ev.BmcPower) and not b.on)
+            (self.bmc_bad.add if bad else self.bmc_bad.discard)(node)
+            if isinstance(b, ev.BmcSel) and b.hardware_fault and b.asserted:
+                self.hardware_at.setdefault(node, []).append(e.ts)
+        elif isinstance(b, ev.KernelFault) and node and b.fault == "machine_check" and b.severity in ("uncorrected",
+                                                                                                       "fatal"):
+            self.hardware_at.setdefault(node, []).append(e.ts)
+        elif isinstance(b, ev.Xid) and node and b.code in FATAL_XIDS and (i := self.index(node, b.gpu)) is not None:
+            self.xids += [(j, node, i) for j, a in self.alloc.items() if i in a.get(node, [])]
+        elif job and (run := (self.runs.get(job) or [None])[-1]) is not None:
+            if isinstance(b, ev.TrainStep) and e.ts >= run.start:
+                run.stepped = True
+            elif isinstance(b, ev.CheckpointLoaded) and b.step is not None:
+                run.loaded = b.step
+            elif isinstance(b, ev.CheckpointSaved):
+                self.saved.setdefault(job, []).append((b.step, b.path, e.ts))
+                run.saves.append(b.step)
+            elif isinstance(b, ev.CheckpointFailed) and b.step is not None:
+                self.failed.setdefault(job, set()).add(b.step)
+            elif isinstance(b, ev.WorkerExit) and b.error and "state_dict" in b.error and not run.stepped:
+                run.load_error = True
+
+    def decided(self, d: Incident | Command) -> None:
+        if isinstance(d, Incident):
+            if d.id not in self.incidents and d.job in self.alloc:
+                self.first_alloc[d.id] = dict(self.alloc[d.job])
+            self.incidents[d.id] = d
+        elif d.type == "quarantine_gpu" and d.target.node and d.target.gpu:
+            self.fenced_gpus.add((d.target.node, d.target.gpu))
+        elif d.type == "cordon_node" and d.target.node:
+            self.fenced_nodes.add(d.target.node)
+
+
+def _heard(times: list[datetime], since: datetime) -> bool:
+    return any(t >= since for t in times)
+
+
+def _cadence(times: list[datetime], before: datetime) -> float | None:
+    early = sorted(t for t in times if t < before)
+    gaps = [(b - a).total_seconds() for a, b in zip(early, early[1:], strict=False) if b > a]
+    return sorted(gaps)[len(gaps) // 2] if len(gaps) >= 3 else None
+
+
+def _restart_violations(o: _Oracle, cmd: Command, gpu_id: Any) -> list[str]:
+    bad: list[str] = []
+    job = cmd.target.job or ""
+    inc = o.incidents.get(cmd.incident)
+    if inc is None:
+        return [f"restart of {job} for an unpublished incident"]
+    f_at = inc.opened_at
+    ex = cmd.params.get("exclude") or {}
+    out_nodes, out_gpus = set(ex.get("nodes") or ()), set(ex.get("gpus") or ())
+    now = o.clock or f_at
+    failed = o.first_alloc.get(inc.id, {})
+    current = o.alloc.get(job, {})
+    for node in sorted(set(failed) & set(current)):
+        if node in out_nodes or node in o.fenced_nodes:
+            continue
+        suspect = [why for why, yes in (("not ready", node in o.not_ready), ("BMC unreachable or off", node in o.bmc_bad),
+                                        ("hardware fault logged", any(t >= f_at - LOOKBACK
+                                                                      for t in o.hardware_at.get(node, ()))))
+                   if yes]
+        if suspect:
+            bad.append(f"restart of {job} includes suspect {node} ({', '.join(suspect)})")
+        beats = o.heartbeats.get(node, [])
+        cad = _cadence(beats, f_at)
+        alive = cad is not None and any(t >= f_at - timedelta(seconds=max(60.0, 3 * cad)) for t in beats)
+        if alive and not _heard(beats, f_at):
+            bad.append(f"restart of {job} includes {node}, not heard from since the failure at {f_at}")
+        on_node = o.samples.get(node, {})
+        for g in sorted(set(failed[node]) & set(current[node])):
+            gid = gpu_id(node, g)
+            if gid in out_gpus or (node, gid) in o.fenced_gpus:
+                continue
+            times = on_node.get(g, [])
+            cad = _cadence(times, f_at)
+            if cad is None or not any(t >= f_at - timedelta(seconds=2.5 * cad) for t in times):
+                continue  # NVML could not speak for it
+            newest = max((t for ts in on_node.values() for t in ts), default=None)
+            if newest is None or (now - newest).total_seconds() > 2.5 * cad:
+                continue  # the node's NVML is quiet as a whole: not a detector that can speak now
+            if not _heard(times, f_at):
+                bad.append(f"restart of {job} includes {node} GPU {g}, no NVML sample since the failure at {f_at}")
+    for j, node, g in o.xids:
+        if j == job and node not in o.fenced_nodes and (node, gpu_id(node, g)) not in o.fenced_gpus:
+            bad.append(f"restart of {job} before {node} GPU {g} (a fatal XID) was fenced")
+    ck = cmd.params.get("checkpoint")
+    if ck:
+        bad += _checkpoint_violations(o, job, int(ck["step"]), ck.get("path"), f_at)
+    return bad
+
+
+def _checkpoint_violations(o: _Oracle, job: str, step: int, path: str | None, f_at: datetime) -> list[str]:
+    saves = [t for s, p, t in o.saved.get(job, []) if s == step and (path is None or p == path)]
+    if not saves:
+        return [f"restart of {job} from step {step}, never saved"]
+    # saved before the failure began, or by a run that started after it (the job ran again in between)
+    rerun = [r.start for r in o.runs.get(job, []) if r.start > f_at]
+    before = [t for t in saves if t <= f_at or (rerun and t >= min(rerun))]
+    if not before:
+        return [f"restart of {job} from step {step}, saved after the failure began"]
+    saved_at = max(before)  # the same path saved again (a later lineage) is the later file
+    bad = []
+    if step in o.failed.get(job, set()):
+        bad.append(f"restart of {job} from step {step}, whose write failed")
+    for run in o.runs.get(job, []):
+        if run.start <= saved_at:
+            continue
+        if run.loaded is not None and run.loaded < step:
+            bad.append(f"restart of {job} from step {step} of an abandoned lineage (a later run loaded {run.loaded})")
+        elif run.saves and min(run.saves) <= step:
+            bad.append(f"restart of {job} from step {step} of an abandoned lineage (a later run saved {min(run.saves)})")
+        if run.loaded == step and run.load_error:
+            bad.append(f"restart of {job} from step {step}, which failed to load")
+    return bad
+
+
+def _same_hardware_violations(o: _Oracle, out: dict[str, Any]) -> list[str]:
+    fenced_by: dict[str, set[tuple[str, str | None]]] = {}
+    for c in out["commands"]:
+        if c["type"] in FENCES:
+            fenced_by.setdefault(c["incident"], set()).add((c["target"]["node"], c["target"]["gpu"]))
+    bad = []
+    incs = sorted(out["incidents"], key=lambda i: i["opened_at"])
+    for k, b in enumerate(incs):
+        if b["job"] is None or b["category"] not in FAILURE_CATEGORIES or b["culprit"]["node"] is None:
+            continue
+        hw = {(b["culprit"]["node"], g) for g in b["culprit"]["gpus"]} or {(b["culprit"]["node"], None)}
+        for a in incs[:k]:
+            if a["job"] != b["job"] or a["id"] == b["id"]:
+                continue
+            fenced = fenced_by.get(a["id"], set())
+            nodes = {n for n, g in fenced if g is None}
+            if hw and all((n, g) in fenced or n in nodes for n, g in hw):
+                bad.append(f"incident {b['id']} of {b['job']} blames hardware incident {a['id']} fenced")
+    return bad
+
+
+def gate_violations(lines: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """Run the engine event by event beside the oracle; every restart is judged on what had arrived before it."""
+    engine = Correlator(POLICY)
+    oracle = _Oracle()
+    bad: list[str] = []
+    incidents: list[Incident] = []
+    commands: list[Command] = []
+
+    def take(decisions: list[Incident | Command]) -> None:
+        for d in decisions:
+            if isinstance(d, Command) and d.type == "restart_job":
+                bad.extend(_restart_violations(oracle, d, engine.state.topology.gpu_id))
+            oracle.decided(d)
+            (incidents if isinstance(d, Incident) else commands).append(d)  # type: ignore[arg-type]
+
+    events = [e for v in CaptureScreen().screen(x.encode() for x in lines) if isinstance(v, Accepted) for e in v.events]
+    for e in events:
+        take(engine.process(e))  # the decisions come before the event is judged: it did not arrive before them
+        oracle.see(e)
+    take(engine.finish())
+    out = collate(incidents, commands)
+    return out, bad + _same_hardware_violations(oracle, out)
+
+
+@COMMON
+@given(captures())
+def test_no_restart_outruns_the_verdict(lines: list[str]) -> None:
+    _, bad = gate_violations(lines)
+    assert not bad, "\n".join(bad[:10])
+
+
+def test_the_gate_oracle_catches_violations() -> None:
+    """The oracle is not vacuous: a restart that outruns a verdict, skips a fence or names a bad checkpoint fails."""
+    t0 = datetime(2026, 4, 22, 3, 0, tzinfo=UTC)
+    o = _Oracle(alloc={"a": {"n1": [0, 1]}}, first_alloc={"i": {"n1": [0, 1]}}, clock=t0 + timedelta(seconds=95))
+    o.heartbeats["n1"] = [t0 + timedelta(seconds=15 * k) for k in range(6)]  # the last one before the failure
+    o.samples["n1"] = {g: [t0 + timedelta(seconds=20 * k) for k in range(4)] for g in (0, 1)}
+    o.incidents["i"] = Incident(id="i", job="a", category="software_crash", culprit={"node": None, "gpus": []},
+                                opened_at=t0 + timedelta(seconds=80), severity="ticket", state="open")
+    o.xids.append(("a", "n1", 1))
+    o.not_ready.add("n1")
+    o.saved["a"] = [(600, "/ck/600", t0 + timedelta(seconds=90))]
+    cmd = Command(id="c", incident="i", type="restart_job", target={"job": "a"}, issued_at=t0,
+                  params={"checkpoint": {"step": 600, "path": "/ck/600"}, "exclude": {"nodes": [], "gpus": []}})
+    bad = _restart_violations(o, cmd, lambda n, i: f"{n}:{i}")
+    for words in ("suspect n1", "not heard from", "no NVML sample", "XID", "saved after the failure"):
+        assert any(words in b for b in bad), (words, bad)
+
+
+def lineage_capture(seed: int) -> list[str]:
+    """A job that checkpoints often, is rolled back (saying so or not), may fail to load or to write a
+    checkpoint, and then loses hardware: every restart's checkpoint is judged by (i)."""
+    rnd = random.Random(seed)
+    cap = Capture(duration=2400)
+    for k in range(3):
+        cap.node(f"n{k + 1}", rack=RACKS[f"n{k + 1}"])
+    cap.heartbeats(15).nvml(30)
+    interval = rnd.choice([120.0, 180.0, 300.0])
+    cap.job("a", ["n1", "n2"], interval=interval, elastic=(8, 16))
+    t = rnd.uniform(500, 900)
+    for _ in range(rnd.randint(1, 2)):
+        older = cap.checkpoint_before("a", t - rnd.uniform(100, 400))
+        if older is not None:
+            cap.job("a", ["n1", "n2"], at=t, interval=interval, elastic=(8, 16), resume_step=older[1],
+                    announce_load=rnd.random() < 0.5)
+        t += rnd.uniform(200, 500)
+    if rnd.random() < 0.4:
+        ck = cap.checkpoint_before("a", t)
+        if ck is not None:
+            cap.checkpoint_failed(t - 1, "a", ck[1])
+    node, gpu = rnd.choice(["n1", "n2"]), rnd.randrange(8)
+    cap.xid(t, node, gpu, rnd.choice([79, 48, 95])).crash(t + 1, "a", rank=(0 if node == "n1" else 8) + gpu)
+    if rnd.random() < 0.6:  # the restart's run cannot load its checkpoint
+        ck = cap.checkpoint_before("a", t)
+        others = [n for n in ("n1", "n2", "n3") if n != node]
+        cap.job("a", others, at=t + 90, train=False, interval=interval, elastic=(8, 16))
+        if ck is not None and rnd.random() < 0.7:
+            cap.checkpoint_loaded(t + 95, "a", ck[1])
+        cap.crash(t + 100, "a", rank=0, error=MISSING_KEYS)
+    if rnd.random() < 0.3:
+        cap.late(rnd.uniform(1, 30))
+    return cap.lines()
+
+
+def breach_capture(seed: int) -> list[str]:
+    """Hardware fenced, then the scheduler puts the job back on it (once or more) and it fails there, with or
+    without a new kernel line: (j) one incident for the same broken hardware, and (g)-(i) for each restart."""
+    rnd = random.Random(seed)
+    cap = Capture(duration=2400)
+    for k in range(3):
+        cap.node(f"n{k + 1}", rack=RACKS[f"n{k + 1}"])
+    cap.heartbeats(15).nvml(rnd.choice([20.0, 30.0, 60.0]))
+    cap.job("a", ["n1", "n2"])
+    t = rnd.uniform(400, 700)
+    if rnd.random() < 0.5:
+        cap.xid(t, "n1", 3, rnd.choice([79, 48, 74])).crash(t + 1, "a", rank=3)
+    else:
+        cap.sel(t - 1, "n1", rnd.choice(["memory", "cpu"])).silence(t, "n1", until=t + 200).bmc_power(t + 20, "n1")
+    for _ in range(rnd.randint(1, 3)):
+        t += rnd.uniform(150, 400)
+        cap.job("a", ["n1", "n2"], at=t)
+        if rnd.random() < 0.5:
+            cap.xid(t + 20, "n1", 3, 79)
+        cap.crash(t + 25, "a", rank=3)
+    return cap.lines()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(st.integers(0, 2**32 - 1).map(lineage_capture))
+def test_restart_checkpoints_are_of_the_current_lineage(lines: list[str]) -> None:
+    _, bad = gate_violations(lines)
+    assert not bad, "\n".join(bad[:10])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(st.integers(0, 2**32 - 1).map(breach_capture))
+def test_a_fence_the_scheduler_ignores_is_one_incident(lines: list[str]) -> None:
+    out, bad = gate_violations(lines)
+    bad += _fence_violations(out) + _other_violations(out)
+    assert not bad, "\n".join(bad[:10])

@@ -12,7 +12,17 @@ from builder import Capture
 from pydantic import ValidationError
 from scenario_book import SCENARIOS
 
-from correlators.policy import DEFAULT_POLICY, Policy, RestartLimits, Thresholds, Timing, load_policy
+from correlators.policy import (
+    DEFAULT_POLICY,
+    Checkpoints,
+    Gate,
+    Lemons,
+    Policy,
+    RestartLimits,
+    Thresholds,
+    Timing,
+    load_policy,
+)
 from faultline.outcome import decide_offline
 from streams.decisions import CATEGORIES
 
@@ -154,3 +164,203 @@ def test_reopen_window_is_the_policys(tmp_path: Path) -> None:
     assert [i["category"] for i in plain["incidents"]] == ["software_crash"]
     split, _ = _decide("software_crash_loop_needs_approval", _user(tmp_path, "timing:\n  reopen_within_s: 0\n"))
     assert [i["category"] for i in split["incidents"]] == ["software_crash", "software_crash"]
+
+
+# --- the knobs of the restart gate, checkpoints, hangs and verification (issues 14 and 21) ---------------------
+def test_new_sections_agree_with_the_shipped_file() -> None:
+    data = yaml.safe_load(DEFAULT_POLICY.read_text(encoding="utf-8"))
+    assert Gate(**data["gate"]) == Gate()
+    assert Checkpoints(**data["checkpoints"]) == Checkpoints()
+
+
+def test_a_load_failure_pattern_that_is_no_regular_expression_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="not a regular expression"):
+        load_policy(_user(tmp_path, "checkpoints:\n  load_failure_patterns: ['state_dict(']\n"))
+
+
+def _restarts(out: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in out["commands"] if c["type"] == "restart_job"]
+
+
+def _excluded(restart: dict[str, Any]) -> dict[str, str]:
+    return {x["node"] + (f":{x['gpu']}" if x["gpu"] else ""): x["verdict"]
+            for x in (restart["params"].get("gate") or {}).get("excluded", [])}
+
+
+def _opened(out: dict[str, Any], job: str) -> datetime:
+    return min(_ts(i["opened_at"]) for i in out["incidents"] if i["job"] == job)
+
+
+def _state(out: dict[str, Any], job: str) -> str:
+    return str(next(i for i in out["incidents"] if i["job"] == job)["state"])
+
+
+def test_gate_bound_is_the_policys(tmp_path: Path) -> None:
+    """Past the bound the unjudged node is left out; with a longer bound the restart waits for its verdict."""
+    plain, _ = _decide("gate_bound_excludes_what_is_still_unjudged")
+    [first] = _restarts(plain)
+    assert _excluded(first) == {"n2": "no_verdict"}
+    longer, _ = _decide("gate_bound_excludes_what_is_still_unjudged", _user(tmp_path, "gate:\n  max_wait_s: 900\n"))
+    [waited] = _restarts(longer)
+    assert _excluded(waited) == {} and "n2" in waited["params"]["exclude"]["nodes"]
+    kinds = [c["type"] for c in longer["commands"]]
+    assert kinds.index("cordon_node") < kinds.index("restart_job")  # judged and fenced first
+    assert _ts(waited["issued_at"]) > _ts(first["issued_at"])
+
+
+def _late_nvlink() -> list[str]:
+    """A crash; the NVLink XID naming the rank's GPU (NVML sees nothing of it) arrives 45 s late."""
+    cap = (Capture(duration=1800).node("n1").node("n2").node("n3").heartbeats(15).nvml(30).job("pt", ["n1", "n2"]))
+    cap.crash(900.5, "pt", rank=5, error="RuntimeError: CUDA error: unspecified launch failure")
+    cap.xid(900, "n1", 5, 74).late(45)
+    return cap.lines()
+
+
+def test_late_line_tolerance_is_the_policys(tmp_path: Path) -> None:
+    """Waited for a minute, the late XID names the GPU before the restart; with 30 s it comes too late."""
+    [one] = _restarts(decide_offline(_late_nvlink()))
+    assert len(one["params"]["exclude"]["gpus"]) == 1
+    hasty = decide_offline(_late_nvlink(), _user(tmp_path, "gate:\n  late_line_s: 30\n"))
+    assert len(_restarts(hasty)) == 2 and _restarts(hasty)[0]["params"]["exclude"]["gpus"] == []
+
+
+def test_bmc_cadence_factor_is_the_policys(tmp_path: Path) -> None:
+    """n2's BMC stops reporting (its siblings' go on): after two poll intervals it is not answering (suspect);
+    allowed ten, it is still pending when the gate's bound comes (left out without a verdict, later)."""
+    cap = Capture(duration=2400).node("n1").node("n2").node("n3").heartbeats(15).nvml(30).bmc_polls(60)
+    cap.job("pt", ["n1", "n2"]).bmc_down(880, "n2", quiet=True)
+    cap.crash(913, "pt", rank=2, error="ValueError: expected a batch of 16")
+    lines = cap.lines()
+    [plain] = _restarts(decide_offline(lines))
+    assert _excluded(plain) == {"n2": "suspect"}
+    [patient] = _restarts(decide_offline(lines, _user(tmp_path, "gate:\n  cadence_factor: 10\n")))
+    assert _excluded(patient) == {"n2": "no_verdict"}
+    assert (_ts(patient["issued_at"]) - _ts(plain["issued_at"])).total_seconds() > 100
+
+
+def test_gpu_lost_factor_is_the_policys(tmp_path: Path) -> None:
+    """With a very patient NVML judge the gone GPU is still unjudged at the bound: left out without a verdict."""
+    plain, _ = _decide("gpu_gone_from_nvml_without_xid")
+    first = _restarts(plain)[0]
+    assert _excluded(first) == {} and len(first["params"]["exclude"]["gpus"]) == 1
+    patient, _ = _decide("gpu_gone_from_nvml_without_xid", _user(tmp_path, "thresholds:\n  gpu_lost_factor: 12\n"))
+    assert list(_excluded(_restarts(patient)[0]).values()) == ["no_verdict"]
+
+
+def test_hang_floor_and_factor_are_the_policys(tmp_path: Path) -> None:
+    plain, _ = _decide("hang_learned_from_the_cadence")
+    floor, _ = _decide("hang_learned_from_the_cadence", _user(tmp_path, "thresholds:\n  hang_min_s: 600\n"))
+    assert (_opened(floor, "pt") - _opened(plain, "pt")).total_seconds() > 400
+    regular, _ = _decide("slow_regular_steps_are_not_a_hang")
+    assert regular["incidents"] == []
+    eager, _ = _decide("slow_regular_steps_are_not_a_hang", _user(tmp_path, "thresholds:\n  hang_factor: 0.9\n"
+                                                                             "  hang_min_s: 60\n"))
+    assert [i["category"] for i in eager["incidents"]] == ["training_hang"]
+
+
+@pytest.mark.parametrize("knob", ["hang_busy_min_s: 400", "hang_busy_factor: 40\n  hang_busy_min_s: 1",
+                                  "busy_util_pct: 100.5", "low_power_fraction: 0.1"])
+def test_busy_low_power_corroboration_is_the_policys(tmp_path: Path, knob: str) -> None:
+    """Each of the corroboration's knobs, set so that it does not corroborate: the plain timeout, later."""
+    plain, _ = _decide("hang_spinning_in_a_collective_found_fast")
+    other, _ = _decide("hang_spinning_in_a_collective_found_fast", _user(tmp_path, f"thresholds:\n  {knob}\n"))
+    assert (_opened(other, "pt") - _opened(plain, "pt")).total_seconds() > 30
+
+
+def test_fence_breach_bound_is_the_policys(tmp_path: Path) -> None:
+    plain, _ = _decide("fence_not_enforced_loop_escalates")
+    assert _state(plain, "pt") == "escalated" and len(_restarts(plain)) == 2
+    patient, _ = _decide("fence_not_enforced_loop_escalates", _user(tmp_path, "restarts:\n  fence_breaches: 5\n"))
+    assert _state(patient, "pt") != "escalated" and len(_restarts(patient)) == 3
+
+
+def test_node_local_prefixes_are_the_policys(tmp_path: Path) -> None:
+    plain, _ = _decide("node_local_checkpoint_lost_with_its_node")
+    assert _restarts(plain)[0]["params"]["checkpoint"]["step"] == 690
+    shared, _ = _decide("node_local_checkpoint_lost_with_its_node",
+                        _user(tmp_path, "checkpoints:\n  node_local_prefixes: [/scratch]\n"))
+    assert _restarts(shared)[0]["params"]["checkpoint"]["step"] > 690
+
+
+def test_load_failure_patterns_and_bound_are_the_policys(tmp_path: Path) -> None:
+    plain, cap = _decide("checkpoint_fails_to_load_missing_keys")
+    steps = [r["params"]["checkpoint"]["step"] for r in _restarts(plain)]
+    assert steps[1] < steps[0]
+    blind, _ = _decide("checkpoint_fails_to_load_missing_keys",
+                       _user(tmp_path, "checkpoints:\n  load_failure_patterns: ['no such text at all']\n"))
+    assert [r["params"]["checkpoint"]["step"] for r in _restarts(blind)] == [steps[0], steps[0]]
+    twice, _ = _decide("checkpoint_load_fails_twice_stops_for_a_person")
+    assert _state(twice, "pt") == "escalated" and len(_restarts(twice)) == 2
+    more, _ = _decide("checkpoint_load_fails_twice_stops_for_a_person",
+                      _user(tmp_path, "restarts:\n  load_failures: 3\n"))
+    assert len(_restarts(more)) == 3
+
+
+def test_verification_fraction_hold_and_shortfall_are_the_policys(tmp_path: Path) -> None:
+    plain, _ = _decide("slow_recovery_that_never_catches_up")
+    assert _state(plain, "pt") == "escalated"
+    lenient, _ = _decide("slow_recovery_that_never_catches_up", _user(tmp_path, "timing:\n  progress_throughput: 0.4\n"))
+    assert _state(lenient, "pt") == "resolved"
+
+    def shortfall_at(out: dict[str, Any]) -> datetime:
+        return next(_ts(c["issued_at"]) for c in out["commands"]
+                    if c["type"] == "notify" and "samples/s" in str(c["params"].get("message")))
+
+    later, _ = _decide("slow_recovery_that_never_catches_up", _user(tmp_path, "timing:\n  verify_shortfall_s: 1500\n"))
+    assert (shortfall_at(later) - shortfall_at(plain)).total_seconds() >= 500
+
+    def resolved_at(out: dict[str, Any]) -> datetime:
+        inc = next(i for i in out["incidents"] if i["job"] == "pt")
+        assert inc["state"] == "resolved"
+        return _ts(inc["updated_at"])
+
+    quick, _ = _decide("recovery_at_full_speed_resolves_once_it_holds")
+    held, _ = _decide("recovery_at_full_speed_resolves_once_it_holds", _user(tmp_path, "timing:\n  verify_hold_s: 900\n"))
+    assert (resolved_at(held) - resolved_at(quick)).total_seconds() >= 500
+
+
+# --- lemons: threshold, decay, jobs and weights are the policy's -----------------------------------
+def _lemon_fences(out: dict[str, Any]) -> list[tuple[str, str | None]]:
+    return [(c["type"], c["target"]["gpu"]) for c in out["commands"]
+            if c["params"].get("reason") == "lemon" and c["type"] in ("quarantine_gpu", "cordon_node")]
+
+
+def test_lemon_defaults_agree_with_the_shipped_file() -> None:
+    data = yaml.safe_load(DEFAULT_POLICY.read_text(encoding="utf-8"))
+    assert Lemons(**data["lemons"]) == Lemons()
+
+
+def test_lemon_threshold_is_the_policys(tmp_path: Path) -> None:
+    """Three crashes over six days score 2.6: fenced at the default 2.5, not at 3."""
+    plain, _ = _decide("lemon_gpu_three_jobs_in_a_week")
+    assert len(_lemon_fences(plain)) == 1
+    strict, _ = _decide("lemon_gpu_three_jobs_in_a_week", _user(tmp_path, "lemons:\n  threshold: 3.0\n"))
+    assert _lemon_fences(strict) == []
+    eager, _ = _decide("lemon_gpu_once_is_not_a_lemon", _user(tmp_path, "lemons:\n  node_threshold: 2.5\n"))
+    assert [t for t, _ in _lemon_fences(eager)] == ["cordon_node"]  # the node's three crashes, then
+
+
+def test_lemon_decay_is_the_policys(tmp_path: Path) -> None:
+    """With a one-day half-life the first two crashes have faded by the third: no lemon."""
+    fast, _ = _decide("lemon_gpu_three_jobs_in_a_week", _user(tmp_path, "lemons:\n  half_life_s: 86400\n"))
+    assert _lemon_fences(fast) == []
+    slow, _ = _decide("lemon_gpu_three_jobs_in_a_week",
+                      _user(tmp_path, "lemons:\n  half_life_s: 604800000\n  threshold: 2.999\n"))
+    assert len(_lemon_fences(slow)) == 1  # no decay: three crashes score 3
+
+
+def test_lemon_jobs_and_weights_are_the_policys(tmp_path: Path) -> None:
+    one_job, _ = _decide("lemon_one_jobs_own_bug_is_not_a_lemon", _user(tmp_path, "lemons:\n  min_jobs: 1\n"))
+    assert len(_lemon_fences(one_job)) == 1
+    unweighted, _ = _decide("lemon_gpu_three_jobs_in_a_week",
+                            _user(tmp_path, "lemons:\n  weights: {software_crash: 0}\n"))
+    assert _lemon_fences(unweighted) == []
+    off, _ = _decide("lemon_gpu_three_jobs_in_a_week", _user(tmp_path, "lemons:\n  enabled: false\n"))
+    assert _lemon_fences(off) == [] and "validate_gpu" not in _types(off)
+
+
+def test_lemon_weights_name_only_failures_not_blamed_on_hardware(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="gpu_off_bus.*cannot count"):
+        load_policy(_user(tmp_path, "lemons:\n  weights: {gpu_off_bus: 1}\n"))
+    with pytest.raises(ValidationError, match="half_life_s"):
+        load_policy(_user(tmp_path, "lemons:\n  half_life_s: 0\n"))

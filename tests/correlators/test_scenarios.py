@@ -8,6 +8,7 @@ type of the contract but ``release_gpu`` (no capture source can ask for it).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 from pathlib import Path
@@ -19,19 +20,22 @@ from scenario_book import SCENARIOS, decisions
 
 from faultline.outcome import decide_offline
 from streams.decisions import CATEGORIES, COMMAND_TYPES
+from tests.harness.shared import CONTRACT, missing_message, needs_shared, scenario_files
 
-SCORER_PATH = Path(__file__).resolve().parents[3] / "shared" / "contract" / "score_replay.py"
+SCORER_PATH = CONTRACT / "score_replay.py"
 
 
+@functools.cache
 def _scorer() -> ModuleType:
+    """The contract's scorer, loaded when a test first needs it (missing, that test fails; see needs_shared)."""
+    if not SCORER_PATH.is_file():
+        pytest.fail(missing_message([SCORER_PATH]), pytrace=False)
     spec = importlib.util.spec_from_file_location("score_replay", SCORER_PATH)
     assert spec is not None and spec.loader is not None, SCORER_PATH
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
-
-score_replay = _scorer()
 
 
 def _summary(out: dict[str, Any]) -> str:
@@ -49,6 +53,7 @@ def run_scenario(name: str, tmp_path: Path) -> tuple[dict[str, Any], list[str], 
     lines = cap.write(capture)
     out = decide_offline(lines)
     check = exp.pop("_check", None)
+    score_replay = _scorer()
     scorer = score_replay.Scorer(score_replay.load_inventory(str(capture)), out)
     scorer.score(exp)
     failed = list(scorer.failed) + (check(out, cap) if check else [])
@@ -91,15 +96,13 @@ def test_output_is_json_and_ids_unique(tmp_path: Path) -> None:
     assert len(ids) == len(set(ids))
 
 
-PUBLIC = SCORER_PATH.parents[1] / "scenarios"
-
-
-@pytest.mark.parametrize("capture", sorted(PUBLIC.glob("*.jsonl")) if PUBLIC.is_dir() else [],
-                         ids=lambda p: p.stem)
+@needs_shared(SCORER_PATH)
+@pytest.mark.parametrize("capture", scenario_files(), ids=lambda p: p.stem)
 def test_public_scenarios_still_score_full(capture: Path) -> None:
     """The shared examples stay at full score while the engine grows more general."""
     exp = json.loads(capture.with_suffix(".expect.json").read_text(encoding="utf-8"))
     out = decide_offline(capture.read_bytes().splitlines())
+    score_replay = _scorer()
     scorer = score_replay.Scorer(score_replay.load_inventory(str(capture)), out)
     scorer.score(exp)
     assert not scorer.failed, "\n".join(scorer.failed) + "\n" + _summary(out)

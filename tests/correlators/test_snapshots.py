@@ -51,9 +51,9 @@ from producers.capture.screen import Accepted, CaptureScreen
 from streams.cells import cell_key
 from streams.decisions import Command, Incident
 from streams.events import EndOfCapture, Event
+from tests.harness.shared import needs_shared, scenario_files
 
-SCENARIOS = Path(__file__).resolve().parents[3] / "shared" / "scenarios"
-PUBLIC = sorted(SCENARIOS.glob("*.jsonl"))
+PUBLIC = scenario_files()
 POLICY = load_policy(None)
 FINGERPRINT = policy_fingerprint(POLICY)
 KEY = b"k" * 32
@@ -102,7 +102,7 @@ def _sealed(state: PartitionState, key: bytes | None = KEY, fingerprint: str = F
     return seal(state.partition, position, cells, body, fingerprint, key)
 
 
-@pytest.mark.skipif(not PUBLIC, reason="shared scenarios not present")
+@needs_shared()
 @pytest.mark.parametrize("capture", PUBLIC, ids=lambda p: p.stem)
 def test_restored_half_way_decides_exactly_as_the_uninterrupted_run(capture: Path) -> None:
     events = _events(capture)
@@ -145,7 +145,7 @@ def _decisions_after_restore(events: list[Event], cut: int) -> tuple[list[Decisi
     return got_a, got_b
 
 
-@pytest.mark.skipif(not PUBLIC, reason="shared scenarios not present")
+@needs_shared(*PUBLIC)
 @settings(max_examples=15, deadline=None)
 @given(st.data())
 def test_a_snapshot_at_any_record_boundary_changes_nothing(data: st.DataObject) -> None:

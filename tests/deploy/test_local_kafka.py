@@ -28,17 +28,13 @@ from deploy.local.kafka import (
     start_detached,
     stop_detached,
 )
+from tests.servers import free_port
 
 MESSAGES = [f"event-{i}".encode() for i in range(5)]
 
 
 # --------------------------------------------------------------------------- helpers
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _port_open(port: int) -> bool:
@@ -150,7 +146,7 @@ def test_restart_on_same_data_dir_keeps_messages(tmp_path: Path) -> None:
 @pytest.mark.broker
 def test_detached_broker_is_reused_reported_and_stopped(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
-    port = _free_port()
+    port = free_port()
     try:
         bootstrap = start_detached(state_dir, port=port)
         pid = json.loads((state_dir / "broker.json").read_text())["pid"]

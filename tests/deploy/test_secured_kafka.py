@@ -42,19 +42,21 @@ from faultline.pipeline import (
     replay,
     wait_for_end,
 )
-from producers.delivery import EventPublisher
+from producers.delivery import EventPublisher, event_key
+from producers.spool.readback import ReadBack, record_digest
 from sinks.executors.approvals import find_command, send_decision
 from sinks.executors.launch import ExecutorOptions, make_executor
 from sinks.executors.runner import ExecutorRunner
+from streams.cells import DEFAULT_CELL
 from streams.decisions import Approval, CommandResult
 from streams.topics import topic_name
+from tests.harness.shared import needs_shared, scenario
 
-SCENARIOS = Path(__file__).resolve().parents[3] / "shared" / "scenarios"
-SCENARIO = SCENARIOS / "xid79_multi_node.jsonl"  # one incident, three commands (one waits for approval)
+SCENARIO = scenario("xid79_multi_node")  # one incident, three commands (one waits for approval)
 DEADLINE_S = 120.0
 
 pytestmark = [pytest.mark.broker,
-              pytest.mark.skipif(not SCENARIO.is_file(), reason="shared scenarios not present")]
+              needs_shared(SCENARIO)]
 
 
 @dataclass
@@ -356,3 +358,26 @@ def test_no_service_creates_or_deletes_namespace_topics(secured: Secured, govern
             future.result(timeout=30)
         assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
+
+
+def test_a_restarted_agent_reads_back_what_it_delivered_under_its_own_grants(
+        secured: Secured, governed: str, tmp_path: Path) -> None:
+    """The crash-safe spool's read-back (producers/spool/readback.py) needs READ without a group: the agent has it,
+    so the records it delivered are found; the executor has no READ on events, so it gives up and says why."""
+    conf = secured.conf("agent")
+    pub = EventPublisher(conf, governed)
+    marker = end_marker(1, None)
+    pub.publish([marker])
+    pub.flush()
+    since = int(time.time() * 1000) - 600_000
+    keys: dict[str, frozenset[bytes] | None] = {topic_name(governed, "events"): None}
+    found = ReadBack(conf, keys, since)
+    found.start()
+    assert found.done.wait(60) and "found" in found.outcome, found.outcome
+    assert record_digest(topic_name(governed, "events"), event_key(DEFAULT_CELL),
+                         marker.model_dump_json().encode()) in found.found
+    refused = ReadBack(secured.conf("executor"), keys, since, retry_s=(0.2, 0.2))
+    refused.start()
+    assert refused.done.wait(60) and "gave up" in refused.outcome and "not allowed" in refused.outcome, \
+        refused.outcome
+    assert not refused.found

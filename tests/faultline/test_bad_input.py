@@ -19,11 +19,12 @@ from producers.capture import BAD_KINDS, parse_capture_line
 from sinks.archive.store import Archive
 from streams.decisions import DeadLetter
 from streams.topics import topic_name
+from tests.harness.shared import needs_shared, scenario
 
-SCENARIO = Path(__file__).resolve().parents[3] / "shared" / "scenarios" / "xid79_multi_node.jsonl"
+SCENARIO = scenario("xid79_multi_node")
 
 pytestmark = [pytest.mark.broker,
-              pytest.mark.skipif(not SCENARIO.is_file(), reason="shared scenarios not present")]
+              needs_shared(SCENARIO)]
 
 # What the reason of each kind says (the dead letter carries the reason, the metric the kind).
 REASONS = {

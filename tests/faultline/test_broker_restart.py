@@ -21,12 +21,10 @@ printed with the other figures (run with ``-s``).
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,23 +37,23 @@ from common.kafka_reader import read_topic
 from common.settings import Settings
 from deploy.local.kafka import LocalKafka
 from faultline.outcome import collate, decide_offline
-from faultline.pipeline import CorrelatorWorker, end_marker, wait_for_end
-from producers.capture import BadInput, parse_capture_line
-from producers.spool import SpoolingPublisher
+from faultline.pipeline import CorrelatorWorker, wait_for_end
 from sinks.archive import Archive
 from sinks.archive_sink import SUFFIXES, ArchiveSink
 from sinks.executors.launch import ExecutorOptions, make_executor
 from sinks.executors.runner import ExecutorRunner
-from streams.decisions import Command, CommandResult, DeadLetter, Incident
+from streams.decisions import Command, CommandResult, Incident
 from streams.events import Event
 from streams.topics import topic_name
+from tests.harness.shared import needs_shared, scenario
+from tests.harness.stages import Agent, Background, Recorder, wait
 
-SCENARIO = Path(__file__).resolve().parents[3] / "shared" / "scenarios" / "xid79_multi_node.jsonl"
+SCENARIO = scenario("xid79_multi_node")
 DEADLINE_S = 240.0  # generous: JVM starts on a shared two-core machine; nothing asserts on time
 PAUSE_S = 8.0  # how long the broker stays away the second time
 
 pytestmark = [pytest.mark.broker,
-              pytest.mark.skipif(not SCENARIO.is_file(), reason="shared scenarios not present")]
+              needs_shared(SCENARIO)]
 
 
 @pytest.fixture
@@ -68,100 +66,11 @@ def own_broker(tmp_path: Path) -> Iterator[LocalKafka]:
         kafka.stop()
 
 
-# --- the stages the test runs in its own process ------------------------------------------
-
-
-class Agent:
-    """A node agent's delivery path: capture lines through the disk spool, in a steady trickle."""
-
-    def __init__(self, conf: dict[str, Any], namespace: str, spool_dir: Path, lines: list[bytes]) -> None:
-        self.pub = SpoolingPublisher(conf, namespace, spool_dir, max_inflight=200, retry_backoff_s=(0.2, 1.0))
-        self.lines = lines
-        self.event_ids: list[str] = []  # handed to the spool, in order
-        self.delivered = False
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="agent", daemon=True)
-
-    def _run(self) -> None:
-        try:
-            last = None
-            for n, raw in enumerate(self.lines, 1):
-                try:
-                    events = parse_capture_line(raw)
-                except BadInput as exc:
-                    self.pub.dead_letter(DeadLetter(stage="producer", reason=exc.reason,
-                                                    raw=raw.decode("utf-8", "replace"), at=datetime.now(UTC)))
-                    continue
-                self.pub.publish(events)
-                self.event_ids += [e.id for e in events]
-                last = events[-1].ts if events else last
-                if n % 40 == 0:
-                    self.pub.pump()
-                    time.sleep(0.05)  # at most ~800 lines/s: the stream outlasts both restarts
-            marker = end_marker(len(self.lines), last)
-            self.pub.publish([marker])
-            self.event_ids.append(marker.id)
-            self.delivered = self.pub.flush(DEADLINE_S)
-            self.pub.close()
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-
-
-class Recorder:
-    """An executor backend that carries every command out by counting it."""
-
-    name = "recorder"
-
-    def __init__(self) -> None:
-        self.executed: Counter[str] = Counter()
-
-    def supports(self, cmd_type: str) -> bool:
-        return True
-
-    def plan(self, cmd: Command) -> str:
-        return f"would {cmd.type}"
-
-    def execute(self, cmd: Command) -> str:
-        self.executed[cmd.id] += 1
-        return f"{cmd.type} done"
-
-    def fleet_size(self) -> int | None:
-        return 100
-
-    def knows_node(self, node: str) -> bool:
-        return True
-
-
-class Background:
-    """Runs ``loop(stop)`` in a thread; keeps what it raised."""
-
-    def __init__(self, name: str, loop: Callable[[threading.Event], None]) -> None:
-        self.stop = threading.Event()
-        self.failures: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                loop(self.stop)
-            except BaseException as exc:
-                self.failures.append(exc)
-
-        self.thread = threading.Thread(target=run, name=name, daemon=True)
-        self.thread.start()
-
-    def end(self) -> None:
-        self.stop.set()
-        self.thread.join(60)
-        assert not self.thread.is_alive() and not self.failures, self.failures
-
-
 # --- observation -----------------------------------------------------------------------------
 
 
 def _wait(what: str, done: Callable[[], bool], timeout_s: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"gave up waiting: {what}"
-        time.sleep(0.2)
+    wait(what, done, timeout_s)
 
 
 def _caught_up(bootstrap: str, group: str, topics: list[str]) -> bool:
@@ -227,7 +136,7 @@ def test_broker_restarts_under_the_whole_pipeline_lose_and_double_nothing(
     archive = Archive.open(f"chdb://{tmp_path / 'archive'}")
     sink = ArchiveSink(archive, bootstrap, ns, consumer_config=conf)
     worker = CorrelatorWorker(settings, bootstrap, ns)
-    agent = Agent(conf, ns, tmp_path / "spool", lines)
+    agent = Agent(conf, ns, tmp_path / "spool", lines, DEADLINE_S)
     stages: list[Background] = []
     took: list[float] = []
     try:

@@ -18,10 +18,11 @@ from faultline.operator_views import incident_data, status_data
 from faultline.pipeline import Run, replay
 from faultline.timeline_html import render_timeline
 from sinks.archive.store import Archive
+from tests.harness.shared import needs_shared, scenario
 
-SCENARIO = Path(__file__).resolve().parents[3] / "shared" / "scenarios" / "xid79_multi_node.jsonl"
+SCENARIO = scenario("xid79_multi_node")
 pytestmark = [pytest.mark.broker,
-              pytest.mark.skipif(not SCENARIO.is_file(), reason="shared scenarios not present")]
+              needs_shared(SCENARIO)]
 
 
 @pytest.fixture(scope="module")

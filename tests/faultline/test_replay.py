@@ -17,15 +17,13 @@ from faultline.pipeline import replay
 from sinks.archive.store import Archive
 from streams.decisions import DeadLetter
 from streams.topics import topic_name
-
-SHARED = Path(__file__).resolve().parents[3] / "shared"
-SCENARIOS = SHARED / "scenarios"
+from tests.harness.shared import CONTRACT, SCENARIOS, needs_shared, scenario
 
 pytestmark = pytest.mark.broker
 
 
 def _scorer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("score_replay", SHARED / "contract" / "score_replay.py")
+    spec = importlib.util.spec_from_file_location("score_replay", CONTRACT / "score_replay.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -38,9 +36,9 @@ def settings(kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> Settings
                     archive=f"chdb://{tmp_path / 'archive'}")
 
 
-@pytest.mark.skipif(not SCENARIOS.is_dir(), reason="shared scenarios not present")
+@needs_shared(scenario("psu_rail_loss"), CONTRACT)
 def test_psu_scenario_through_the_broker_scores_full_and_is_archived(settings: Settings) -> None:
-    capture = SCENARIOS / "psu_rail_loss.jsonl"
+    capture = scenario("psu_rail_loss")
     run = replay(capture, settings)
     out = run.contract()
     json.dumps(out)  # valid JSON
@@ -91,7 +89,7 @@ def test_bad_lines_go_to_dead_letters_and_the_replay_goes_on(settings: Settings,
         delete_namespace_topics(settings.kafka_config(settings.kafka or ""), run.namespace)
 
 
-@pytest.mark.skipif(not SCENARIOS.is_dir(), reason="shared scenarios not present")
+@needs_shared(scenario("psu_rail_loss"), CONTRACT)
 def test_with_signing_keys_every_command_leaves_the_worker_signed(settings: Settings) -> None:
     from datetime import UTC, datetime
 
@@ -101,7 +99,7 @@ def test_with_signing_keys_every_command_leaves_the_worker_signed(settings: Sett
     from streams.signing import verify
 
     signed = settings.model_copy(update={"signing_keys": SecretStr("k1:a-secret-of-sixteen-plus")})
-    run = replay(SCENARIOS / "psu_rail_loss.jsonl", signed)
+    run = replay(scenario("psu_rail_loss"), signed)
     keys = signed.signing()
     assert keys is not None and run.commands
     for cmd in run.commands:

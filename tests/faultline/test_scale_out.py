@@ -43,13 +43,13 @@ from faultline.pipeline import CorrelatorWorker, end_marker, publish_capture
 from producers.delivery import EventPublisher
 from streams.decisions import Command, Incident, StreamEnd
 from streams.topics import topic_name
+from tests.harness.shared import needs_shared, scenario_files
 
-SCENARIOS = Path(__file__).resolve().parents[3] / "shared" / "scenarios"
 PARTITIONS = 4
 CHUNKS = 6
 
 pytestmark = [pytest.mark.broker,
-              pytest.mark.skipif(not list(SCENARIOS.glob("*.jsonl")), reason="shared scenarios not present")]
+              needs_shared(*scenario_files())]
 
 
 def _chunks(lines: list[bytes], n: int) -> list[list[bytes]]:
@@ -159,7 +159,7 @@ def test_workers_join_die_and_rejoin_mid_replay_and_every_cell_decides_as_with_o
     ns = f"{unique_name}.scale"
     create_namespace_topics(conf, ns)  # the declared counts: commands keep one partition, in issue order
     grow_topic(conf, topic_name(ns, "events"), PARTITIONS)
-    cells = {p.stem: p.read_bytes().splitlines() for p in sorted(SCENARIOS.glob("*.jsonl"))}
+    cells = {p.stem: p.read_bytes().splitlines() for p in scenario_files()}
     want = {cell: decide_offline(lines) for cell, lines in cells.items()}
     owner = {d["id"]: cell for cell, w in want.items() for d in w["incidents"] + w["commands"]}
     assert len(owner) == sum(len(w["incidents"]) + len(w["commands"]) for w in want.values()), \

@@ -28,13 +28,14 @@ from tests.faultline.takeover import (
     finish_with_successor,
     sigkill,
 )
+from tests.harness.shared import needs_shared, scenario
 
-SCENARIO = Path(__file__).resolve().parents[3] / "shared" / "scenarios" / "xid79_multi_node.jsonl"
+SCENARIO = scenario("xid79_multi_node")
 KEY = "snapshot-test-key-0123456789abcdef"
 EVERY = 400
 
 pytestmark = [pytest.mark.broker,
-              pytest.mark.skipif(not SCENARIO.is_file(), reason="shared scenarios not present")]
+              needs_shared(SCENARIO)]
 
 
 def test_takeover_restores_the_snapshot_and_replays_only_the_tail(kafka_bootstrap: str, tmp_path: Path,

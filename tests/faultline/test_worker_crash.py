@@ -20,11 +20,12 @@ from tests.faultline.takeover import (
     finish_with_successor,
     sigkill,
 )
+from tests.harness.shared import needs_shared, scenario
 
-SCENARIO = Path(__file__).resolve().parents[3] / "shared" / "scenarios" / "xid79_multi_node.jsonl"
+SCENARIO = scenario("xid79_multi_node")
 
 pytestmark = [pytest.mark.broker,
-              pytest.mark.skipif(not SCENARIO.is_file(), reason="shared scenarios not present")]
+              needs_shared(SCENARIO)]
 
 
 def test_sigkill_mid_stream_then_restart_gives_the_same_decisions(kafka_bootstrap: str, tmp_path: Path,

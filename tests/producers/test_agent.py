@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,17 +34,13 @@ from streams.batch import decode_record
 from streams.decisions import DeadLetter
 from streams.events import AgentHeartbeat, Event, GpuSample, Inventory, Xid
 from streams.topics import topic_name
+from tests.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "producers" / "agent.example.yaml"
 NVML_FIXTURE = Path(__file__).resolve().parents[2] / "producers" / "node" / "recordings" / "nvml_8xh100.json"
 XID = "NVRM: Xid (PCI:0000:5d:00): 48, pid='<unknown>', name=<unknown>, Double bit ECC error (DBE)"
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # --- config and registry ----------------------------------------------------------------------
@@ -92,7 +87,7 @@ def test_a_bad_source_section_refuses_to_start(tmp_path: Path) -> None:
 
 
 def _offline_publisher(tmp_path: Path) -> SpoolingPublisher:
-    return SpoolingPublisher({"bootstrap.servers": f"127.0.0.1:{_free_port()}"}, "offline", tmp_path / "spool")
+    return SpoolingPublisher({"bootstrap.servers": f"127.0.0.1:{free_port()}"}, "offline", tmp_path / "spool")
 
 
 class Flaky:
@@ -236,7 +231,7 @@ def test_faultline_agent_publishes_then_stops_on_sigterm(
     create_namespace_topics(conf, unique_name, partitions=1)
     kern_log, capture, state = tmp_path / "kern.log", tmp_path / "capture.jsonl", tmp_path / "state"
     kern_log.touch()
-    metrics_port = _free_port()
+    metrics_port = free_port()
     config = {
         "node": "n17",
         "rack": "r12",

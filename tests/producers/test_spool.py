@@ -18,6 +18,7 @@ from common.kafka_reader import read_topic
 from deploy.local.kafka import LocalKafka
 from producers.capture import parse_capture_line
 from producers.spool import ReconnectLogThrottle, Spool, SpoolingPublisher
+from producers.spool.disk import unframe
 from streams.events import Event
 from streams.topics import topic_name
 
@@ -44,7 +45,7 @@ def _spooled_ids(directory: Path) -> list[str]:
         data = segment.read_bytes()
         if cursor and int(segment.stem) == cursor["segment"]:
             data = data[cursor["offset"]:]
-        ids += [json.loads(json.loads(line)["value"])["id"] for line in data.splitlines()]
+        ids += [json.loads(json.loads(unframe(line + b"\n") or b"")["value"])["id"] for line in data.splitlines()]
     return ids
 
 
@@ -82,9 +83,10 @@ def test_spool_cuts_a_partial_record_left_by_a_crash(tmp_path: Path) -> None:
 
 
 def test_spool_evicts_oldest_segments_only_past_its_bound(tmp_path: Path) -> None:
-    spool = Spool(tmp_path, max_bytes=1000, segment_bytes=200)
+    spool = Spool(tmp_path, max_bytes=1900, segment_bytes=380)
     for i in range(100):
-        spool.append([f"{i:09d}\n".encode()])  # 10 bytes each, 1000 in all: at the bound, not past it
+        # 10 bytes each, 19 on disk with the checksum (producers/spool/disk.py); 1900 in all: at the bound, not past it
+        spool.append([f"{i:09d}\n".encode()])
     assert spool.evict_oldest() is None and spool.unread == 100
     spool.append([b"000000100\n"])
     evicted = spool.evict_oldest()

@@ -15,6 +15,7 @@ from common.kafka_admin import create_namespace_topics
 from common.kafka_reader import read_topic
 from producers.batching import Batching
 from producers.spool import SpoolingPublisher
+from producers.spool.disk import unframe
 from streams.batch import decode_record
 from streams.events import AgentHeartbeat, Event, GpuMetrics, GpuRef, GpuSample
 from streams.topics import topic_name
@@ -91,8 +92,8 @@ def test_batches_left_spooled_by_one_process_are_sent_whole_by_the_next(
     events = _events(400)
     first.publish(events[:300])
     first.close(timeout_s=0.5)
-    lines = [json.loads(line) for seg in sorted((tmp_path / "spool").glob("*.jsonl"))
-             for line in seg.read_bytes().splitlines()]
+    lines = [json.loads(payload) for seg in sorted((tmp_path / "spool").glob("*.jsonl"))
+             for raw in seg.read_bytes().splitlines(keepends=True) if (payload := unframe(raw)) is not None]
     assert lines and all(line["events"] > 1 for line in lines if "events" in line)
 
     second = SpoolingPublisher(conf, unique_name, tmp_path / "spool", batching=Batching(max_events=500))

@@ -15,16 +15,15 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from common.settings import Settings
 from faultline.pipeline import Run, replay
+from tests.harness.shared import SCENARIOS, missing_message, scenario_files
 
 __all__ = ["SCENARIOS", "Replayed", "replayed_archive"]
 
-SCENARIOS = Path(__file__).resolve().parents[3] / "shared" / "scenarios"
 _PARALLEL = 3  # replays at once: each runs its own correlator worker process
 
 
@@ -39,9 +38,9 @@ class Replayed:
 @pytest.fixture(scope="session")
 def replayed_archive(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replayed]:
     """Every ``shared/scenarios/*.jsonl`` replayed through the real pipeline into one chDB archive."""
-    captures = sorted(SCENARIOS.glob("*.jsonl"))
-    if not captures:
-        pytest.skip(f"no public scenarios in {SCENARIOS}")
+    captures = scenario_files()
+    if not all(c.is_file() for c in captures):
+        pytest.fail(missing_message(captures), pytrace=False)
     data_dir = tmp_path_factory.mktemp("replayed")
     settings = Settings(kafka=kafka_bootstrap, data_dir=data_dir, namespace=f"t-replayed-{uuid.uuid4().hex[:8]}",
                         archive=f"chdb://{data_dir / 'archive'}")

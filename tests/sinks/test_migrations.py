@@ -7,7 +7,7 @@ import re
 from sinks.archive import MIGRATIONS, Archive, migrate
 from sinks.archive.migrations import TABLES, applied_versions, set_raw_ttl
 
-VIEWS = ("incidents_latest", "incident_timeline", "checkpoints_mv", "gpu_ledger_mv")
+VIEWS = ("incidents_latest", "incident_timeline", "checkpoints_mv", "gpu_ledger_mv", "lemon_implications", "lemon_fences")
 
 
 def _names(archive: Archive) -> set[str]:

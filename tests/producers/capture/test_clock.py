@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from producers.capture.clock import HALF_WINDOW, ClockWindow
 from producers.capture.screen import CaptureScreen, Refused
+from tests.harness.shared import needs_shared, scenario_files
 
 T0 = datetime(2026, 4, 22, 3, 0, tzinfo=UTC)
-SCENARIOS = sorted((Path(__file__).resolve().parents[4] / "shared" / "scenarios").glob("*.jsonl"))
+SCENARIOS = scenario_files()
 
 
 def outliers(times: list[datetime], **kw: float | int | timedelta) -> list[int]:
@@ -115,7 +116,7 @@ def test_one_outlier_anywhere_in_any_dense_capture_is_the_only_one_caught(steps:
     assert outliers(times) == [at]
 
 
-@pytest.mark.skipif(not SCENARIOS, reason="shared scenarios not present")
+@needs_shared(*SCENARIOS)
 def test_no_line_of_any_public_capture_or_scenario_of_our_own_is_an_outlier() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "correlators"))
     from scenario_book import SCENARIOS as BOOK

@@ -38,9 +38,9 @@ from streams.events import (
     WorkerExit,
     Xid,
 )
+from tests.harness.shared import needs_shared, scenario_files
 
-SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
-SCENARIOS = sorted((SHARED / "scenarios").glob("*.jsonl"))
+SCENARIOS = scenario_files()
 
 TS = "2026-04-22T03:25:00.000+00:00"
 T0 = datetime(2026, 4, 22, 3, 25, tzinfo=UTC)
@@ -580,7 +580,7 @@ def test_ids_differ_between_lines() -> None:
 # --- real captures ------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not SCENARIOS, reason="no shared scenarios next to the project")
+@needs_shared()
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
 def test_every_scenario_line_parses(path: Path) -> None:
     ids: set[str] = set()
@@ -598,7 +598,7 @@ def test_every_scenario_line_parses(path: Path) -> None:
     assert count >= len(raw_lines) * 0.9
 
 
-@pytest.mark.skipif(not SCENARIOS, reason="no shared scenarios next to the project")
+@needs_shared(*SCENARIOS)
 def test_scenarios_yield_the_expected_evidence() -> None:
     kinds: dict[str, set[str]] = {}
     for path in SCENARIOS:

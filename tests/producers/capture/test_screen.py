@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
@@ -23,9 +22,10 @@ from producers.capture.screen import (
     Refused,
     Verdict,
 )
+from tests.harness.shared import needs_shared, scenario
 
-SCENARIO = Path(__file__).resolve().parents[4] / "shared" / "scenarios" / "xid79_multi_node.jsonl"
-needs_scenario = pytest.mark.skipif(not SCENARIO.is_file(), reason="shared scenarios not present")
+SCENARIO = scenario("xid79_multi_node")
+needs_scenario = needs_shared(SCENARIO)
 
 
 def hb(second: int, node: str = "n1") -> bytes:

@@ -6,7 +6,6 @@ import json
 import math
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -71,19 +70,35 @@ def test_ranks_sharing_a_file_never_interleave(tmp_path: Path) -> None:
 
 def test_a_stuck_writer_never_blocks_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     release = threading.Event()
+    entered = threading.Event()
+    held: list[int] = []  # the lines the stuck writer holds in its one batch
     real_write = Reporter._write
 
     def stuck(self: Reporter, data: bytes) -> None:
-        release.wait(10)
+        held.append(data.count(b"\n"))
+        entered.set()
+        release.wait(60)
         real_write(self, data)
 
     monkeypatch.setattr(Reporter, "_write", stuck)
     rep = Reporter("j", 0, node="n", path=tmp_path / "t.jsonl", max_queue=10)
-    started = time.monotonic()
-    for step in range(1000):
-        rep.step(step, 0.5)
-    assert time.monotonic() - started < 1.0
-    assert rep.dropped >= 1000 - 2 * 10  # the queue holds 10, the stuck writer one batch of at most 10
+    rep.step(0, 0.5)
+    assert entered.wait(30), "the writer never picked up the first line"
+
+    def loop() -> None:
+        for step in range(1, 1000):
+            rep.step(step, 0.5)
+
+    # The training loop runs to its end while the writer is still stuck: nothing it calls waits.
+    training = threading.Thread(target=loop)
+    training.start()
+    training.join(30)
+    assert not training.is_alive(), "the training loop waited on a stuck writer"
+    assert not release.is_set()
+    # Every line is either held by the stuck write, queued (10 at most), or dropped and counted.
+    assert len(held) == 1
+    assert rep.dropped == 1000 - held[0] - rep._queue.qsize()
+    assert rep._queue.qsize() == 10
     assert not rep.flush(timeout=0.05)
     release.set()
     rep.close()

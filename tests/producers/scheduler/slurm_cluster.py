@@ -25,10 +25,11 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.servers import free_port, wait_until
 
 __all__ = ["SlurmCluster", "missing_slurm", "start_slurm"]
 
@@ -51,19 +52,6 @@ def _binary(name: str) -> str:
     return shutil.which(name) or str(Path("/usr/sbin", name))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.1) -> None:
-    """Poll ``check`` until it is true; ``TimeoutError`` naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout_s} s")
-        time.sleep(interval_s)
 
 
 @dataclass
@@ -183,8 +171,8 @@ def start_slurm(tmp_dir: Path, gpus: int = 4, start_timeout_s: float = 30.0) -> 
     munge_dir.chmod(0o755)
     host = socket.gethostname().split(".", 1)[0]
     conf = root / "slurm.conf"
-    conf.write_text(_CONF.format(host=host, munge_socket=munge_dir / "munge.sock", ctld_port=_free_port(),
-                                 slurmd_port=_free_port(), root=root, cpus=os.cpu_count() or 1, gpus=gpus))
+    conf.write_text(_CONF.format(host=host, munge_socket=munge_dir / "munge.sock", ctld_port=free_port(),
+                                 slurmd_port=free_port(), root=root, cpus=os.cpu_count() or 1, gpus=gpus))
     last = gpus - 1
     (root / "gres.conf").write_text(f"Name=gpu File={root}/dev/nvidia[0-{last}]\n" if gpus > 1 else
                                     f"Name=gpu File={root}/dev/nvidia0\n")

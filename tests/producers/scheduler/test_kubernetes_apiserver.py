@@ -118,7 +118,7 @@ def test_the_watch_reports_changes_and_lists_again_after_410_gone(kube_apiserver
     import threading
 
     from producers.scheduler.kubernetes_watch import WatchCache
-    from tests.kube_apiserver import wait_until
+    from tests.servers import wait_until
 
     objects = Objects(kube_apiserver.client())
     node = f"{ns}-n1"

@@ -11,7 +11,8 @@ from sinks.executors.breaker import CircuitBreaker
 from sinks.executors.core import ExecutionError, Executor
 from sinks.executors.ledger import ResultLedger
 from sinks.executors.slurm import CommandLine, SlurmBackend
-from tests.producers.scheduler.slurm_cluster import SlurmCluster, wait_until
+from tests.producers.scheduler.slurm_cluster import SlurmCluster
+from tests.servers import wait_until
 
 from .commands import command
 
@@ -184,3 +185,32 @@ def test_the_executor_acts_only_on_nodes_of_the_real_cluster(slurm: SlurmCluster
     assert "DRAIN" not in show(slurm, "node", slurm.node)["State"]
     assert ex.handle(command("c9", "cordon_node", node=slurm.node), datetime.now(UTC)).status == "done"
     assert "DRAIN" in show(slurm, "node", slurm.node)["State"]
+
+
+def test_restart_asks_for_the_jobs_gpu_class_and_count(slurm: SlurmCluster) -> None:
+    """The held job is changed to ask for compatible replacements (``--gpus=<class>:<count>``) before it may run."""
+    job = running(slurm)
+    detail = backend(slurm).execute(command("c1", "restart_job", node=None, job=job, params={
+        "exclude": {"nodes": [], "gpus": ["GPU-1"]}, "gpu_class": "h100", "gpus": 1}))
+    assert detail == f"requeued job {job} asking for gpu:h100:1"
+    wait_until(lambda: show(slurm, "job", job)["JobState"] == "PENDING", 20, f"job {job} pending again", 0.2)
+    fields = show(slurm, "job", job)
+    assert fields["TresPerJob"] == "gres/gpu:h100:1" and fields["Restarts"] == "1"
+
+
+def test_gpu_class_and_exclusions_in_one_update_and_a_bad_class_is_refused() -> None:
+    calls: list[list[str]] = []
+
+    def run(args: Sequence[str]) -> str:
+        calls.append(list(args))
+        return ""
+
+    SlurmBackend(run).execute(command("c1", "restart_job", node=None, job="77", params={
+        "exclude": {"nodes": ["n1"], "gpus": []}, "gpu_class": "a100", "gpus": 15}))
+    assert calls == [["scontrol", "requeuehold", "77"],
+                     ["scontrol", "update", "JobId=77", "ExcNodeList=n1", "TresPerJob=gres/gpu:a100:15"],
+                     ["scontrol", "release", "77"]]
+    with pytest.raises(ExecutionError, match="not a GRES type name"):
+        SlurmBackend(run).execute(command("c2", "restart_job", node=None, job="77",
+                                          params={"gpu_class": "a100 --uid=0", "gpus": 8}))
+    assert len(calls) == 3  # refused before anything ran

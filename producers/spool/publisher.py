@@ -1,39 +1,36 @@
-"""Delivery that survives broker outages and restarts: a disk spool in front of Kafka.
+"""The spooling publisher: records go to the disk spool first, then from its head to Kafka.
 
-:class:`SpoolingPublisher` writes every record (an event, or a dead letter)
-to the end of a local :class:`Spool` first, then hands records from the
-spool's head to an idempotent confluent-kafka producer, at most
-``max_inflight`` at a time, and moves the spool's committed cursor forward
-only over records whose delivery report said "delivered". So:
+:class:`SpoolingPublisher` writes every record (an event, or a dead letter) to the end of a
+:class:`~producers.spool.disk.Spool` -- on disk when :meth:`~SpoolingPublisher.publish`
+returns -- then hands records from the spool's head to an idempotent confluent-kafka producer
+(``acks=all``), at most ``max_inflight`` at a time, and moves the spool's committed cursor
+forward only over records whose delivery report said "delivered". So:
 
-- **broker unreachable**: the few records already handed wait inside the
-  producer (it retries them, idempotently, for ``message_timeout_s``); every
-  later record waits on disk, in order, and goes out when the broker is back;
-- **a delivery fails** (its timeout ran out, the producer hit a fatal error):
-  the record stays in the spool and is handed again, oldest first, after a
-  back-off; nothing behind the cursor is lost;
-- **the publisher process restarts**: the new one resends what the old one
-  had not seen acknowledged;
-- **the spool is full** (``max_bytes``): its oldest segment is evicted; the
-  records lost that way are counted in ``dropped`` -- only then is anything
-  dropped.
+- **broker unreachable**: the few records already handed wait inside the producer (it retries
+  them, idempotently, for ``message_timeout_s``); every later record waits on disk, in order,
+  and goes out when the broker is back;
+- **a delivery fails** (its timeout ran out, the producer hit a fatal error): the record stays
+  in the spool and is handed again, oldest first, after a back-off; nothing behind the cursor
+  is lost;
+- **the publisher process dies** (kill -9, a power cut): the next one finds every record it was
+  given on disk (:mod:`producers.spool.disk`), first reads back which of the records after the
+  cursor its predecessor had delivered without recording it (:mod:`producers.spool.readback`),
+  and sends only the others;
+- **the spool is full** (``max_bytes``): its oldest segment is evicted; the records lost that
+  way are counted in ``dropped`` -- only then is anything dropped.
 
-A record is handed to the producer again only after its delivery failed or
-after a restart, never while it may still be delivered; and the producer is
-idempotent, so a broker restart does not duplicate records. (The remaining
-gap is the one every Kafka producer has: a record written by the broker
-whose acknowledgement was lost *and* whose timeout ran out is sent twice.
-Event ids are deterministic, so downstream can tell.)
-
-The spool is a directory of JSON Lines segments (``000000000001.jsonl``...,
-at most ``segment_bytes`` each, one record per line) and ``cursor.json``
-(the first record not yet acknowledged).
+A record is handed to the producer again only after its delivery failed, never while it may
+still be delivered; and the producer is idempotent, so a broker restart or a leader change does
+not duplicate records. (The remaining gap is the one every Kafka producer has: a record written
+by the broker whose acknowledgement was lost *and* whose timeout ran out is sent twice. Event
+ids are deterministic, so downstream can tell.)
 
 With a :class:`~producers.batching.Batching`, the events of one :meth:`SpoolingPublisher.publish`
 call go several to a record (runs of one source, :mod:`producers.batching`): what a node observed
 together travels together, and nothing waits for more. The counters (``sent``, ``spooled``,
-``dropped`` and their metrics) count events either way; :meth:`SpoolingPublisher.backlog` counts
-records.
+``dropped``, ``already_delivered`` and their metrics) count events either way;
+:meth:`SpoolingPublisher.backlog` counts records. A batch record is spooled, read back after a
+crash (:mod:`producers.spool.readback` compares whole record values) and dropped as one.
 """
 
 from __future__ import annotations
@@ -45,224 +42,28 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
 from producers import metrics
 from producers.batching import Batcher, Batching
 from producers.delivery import event_key
-from producers.node.state import load_state, save_state
+from producers.spool.disk import Spool, SpoolEntry
+from producers.spool.kafka_log import KAFKA_LOG
+from producers.spool.readback import ReadBack, record_digest
 from streams.cells import DEFAULT_CELL
 from streams.decisions import DeadLetter
 from streams.events import Event
 from streams.topics import topic_name
 
-__all__ = ["ReconnectLogThrottle", "Spool", "SpoolEntry", "SpoolingPublisher"]
+__all__ = ["SpoolingPublisher"]
 
 log = logging.getLogger("faultline.producer.spool")
 
-
-class ReconnectLogThrottle(logging.Filter):
-    """Lets one librdkafka connection failure a minute through per connection.
-
-    While a broker is away librdkafka logs every reconnect attempt (several a
-    second, at error level); the publisher already says once that Kafka is
-    unreachable and again when it answers, so the rest only buries that line.
-    """
-
-    def __init__(self, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__()
-        self.every_s = every_s
-        self._clock = clock
-        self._last: dict[tuple[str, str], float] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args
-        if not (isinstance(args, tuple) and len(args) == 3 and args[0] == "FAIL"):
-            return True  # not a connection failure (confluent-kafka logs "%s [%s] %s": facility, client, text)
-        key = (str(args[1]), str(args[2]).split("]", 1)[0])  # the client and its broker thread
-        now = self._clock()
-        if now - self._last.get(key, -self.every_s) < self.every_s:
-            return False
-        self._last[key] = now
-        return True
-
-
-_KAFKA_LOG = logging.getLogger("faultline.producer.kafka")
-_KAFKA_LOG.addFilter(ReconnectLogThrottle())
-
-_SEGMENT_SUFFIX = ".jsonl"
-_CURSOR = "cursor.json"
 _DEAD_LETTER_SOURCE = "deadletter"
 # Errors a record cannot recover from by being sent again.
 _PERMANENT = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG_SIZE, KafkaError.INVALID_MSG})
-
-
-# --- the disk spool ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SpoolEntry:
-    """One record read from the spool: its segment, the offset just after it, its line."""
-
-    segment: int
-    end: int
-    line: bytes
-
-
-class Spool:
-    """Append-only JSON Lines segments with a committed cursor and a size bound.
-
-    ``append`` writes at the tail; ``read`` returns records after the read
-    pointer (from the cursor on at start); ``commit`` says everything before
-    a position is done (finished segments are deleted); ``evict_oldest`` drops
-    the oldest segment when the spool is over ``max_bytes``.
-    """
-
-    def __init__(self, directory: Path, max_bytes: int = 256 << 20, segment_bytes: int = 4 << 20) -> None:
-        if segment_bytes * 2 > max_bytes:
-            raise ValueError("spool: segment_bytes must be at most half of max_bytes")
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.max_bytes = max_bytes
-        self.segment_bytes = segment_bytes
-        self._sizes = {self._number(p): p.stat().st_size for p in self.directory.glob(f"*{_SEGMENT_SUFFIX}")}
-        saved = load_state(self.directory / _CURSOR) or {}
-        head = min(self._sizes, default=1)
-        segment, offset = int(saved.get("segment", head)), int(saved.get("offset", 0))
-        self._cursor = (segment, offset) if segment in self._sizes else (head, 0)
-        if not self._sizes:
-            self._sizes[self._cursor[0]] = 0
-            self._path(self._cursor[0]).touch()
-        self._repair_tail()
-        self._writer: BinaryIO = open(self._path(self.tail), "ab")
-        self._read_at = self._cursor
-        self._reader: BinaryIO | None = None
-        self.unread = self._count_from(*self._cursor)
-
-    @property
-    def tail(self) -> int:
-        return max(self._sizes)
-
-    @property
-    def head(self) -> int:
-        return min(self._sizes)
-
-    def _path(self, segment: int) -> Path:
-        return self.directory / f"{segment:012d}{_SEGMENT_SUFFIX}"
-
-    @staticmethod
-    def _number(path: Path) -> int:
-        return int(path.name[: -len(_SEGMENT_SUFFIX)])
-
-    def _repair_tail(self) -> None:
-        """Cut a partial last line (a crash in mid-write) off the tail segment."""
-        path = self._path(self.tail)
-        data = path.read_bytes()
-        keep = data.rfind(b"\n") + 1
-        if keep != len(data):
-            log.warning("spool: dropping a partial record at the end of %s", path.name)
-            with open(path, "r+b") as fh:
-                fh.truncate(keep)
-            self._sizes[self.tail] = keep
-
-    def _count_from(self, segment: int, offset: int) -> int:
-        count = 0
-        for number in sorted(n for n in self._sizes if n >= segment):
-            with open(self._path(number), "rb") as fh:
-                fh.seek(offset if number == segment else 0)
-                count += sum(1 for _ in fh)
-        return count
-
-    def size_bytes(self) -> int:
-        """Bytes not yet committed."""
-        return sum(self._sizes.values()) - self._cursor[1]
-
-    def append(self, lines: list[bytes]) -> None:
-        """Add records (each one line, ending in a newline) at the tail."""
-        if self._sizes[self.tail] >= self.segment_bytes:
-            self._rotate()
-        self._writer.write(b"".join(lines))
-        self._writer.flush()
-        self._sizes[self.tail] = self._writer.tell()
-        self.unread += len(lines)
-
-    def _rotate(self) -> None:
-        self._writer.close()
-        number = self.tail + 1
-        self._sizes[number] = 0
-        self._writer = open(self._path(number), "ab")
-
-    def read(self, max_records: int) -> list[SpoolEntry]:
-        """Up to ``max_records`` records after the read pointer, which moves past them."""
-        entries: list[SpoolEntry] = []
-        while len(entries) < max_records and self.unread > 0:
-            segment, offset = self._read_at
-            if self._reader is None:
-                self._reader = open(self._path(segment), "rb")
-                self._reader.seek(offset)
-            line = self._reader.readline()
-            if line:
-                offset += len(line)
-                entries.append(SpoolEntry(segment, offset, line))
-                self._read_at = (segment, offset)
-                self.unread -= 1
-            elif segment < self.tail:
-                self._reader.close()
-                self._reader = None
-                self._read_at = (min(n for n in self._sizes if n > segment), 0)
-            else:
-                break
-        return entries
-
-    def commit(self, segment: int, offset: int) -> None:
-        """Every record before ``(segment, offset)`` is done; delete the segments it finished."""
-        if (segment, offset) <= self._cursor or segment not in self._sizes:
-            return
-        self._cursor = (segment, offset)
-        for number in [n for n in self._sizes if n < segment]:
-            self._delete(number)
-        save_state(self.directory / _CURSOR, {"segment": segment, "offset": offset})
-
-    def evict_oldest(self) -> tuple[int, list[bytes]] | None:
-        """Drop the oldest segment if the spool is over its bound: ``(segment, its unread lines)``."""
-        if self.size_bytes() <= self.max_bytes:
-            return None
-        if len(self._sizes) == 1:
-            self._rotate()
-        oldest = self.head
-        unread = self._unread_lines(oldest)
-        self.unread -= len(unread)
-        if self._read_at[0] == oldest:
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
-            self._read_at = (oldest + 1, 0)
-        self._delete(oldest)
-        self._cursor = max(self._cursor, (self.head, 0))
-        save_state(self.directory / _CURSOR, {"segment": self._cursor[0], "offset": self._cursor[1]})
-        return oldest, unread
-
-    def _unread_lines(self, segment: int) -> list[bytes]:
-        if self._read_at[0] > segment:
-            return []
-        with open(self._path(segment), "rb") as fh:
-            fh.seek(self._read_at[1] if self._read_at[0] == segment else 0)
-            return fh.readlines()
-
-    def _delete(self, segment: int) -> None:
-        self._path(segment).unlink(missing_ok=True)
-        del self._sizes[segment]
-
-    def close(self) -> None:
-        self._writer.close()
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
-
-
-# --- the publisher -------------------------------------------------------------------
 
 
 @dataclass(eq=False)
@@ -274,7 +75,8 @@ class _Handed:
     key: bytes
     value: bytes
     source: str
-    events: int = 1
+    events: int = 1  # events in the record (a batch record holds several)
+    first_handed_ms: int = 0
     state: str = "inflight"  # inflight | acked | failed
     evicted: bool = False
 
@@ -295,12 +97,17 @@ def _source_of(line: bytes) -> tuple[str, int]:
         return "unknown", 1
 
 
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class SpoolingPublisher:
     """Publishes events and dead letters through a :class:`Spool` (see the module docstring).
 
-    Call :meth:`pump` regularly (the agent does, about twice a second): it
-    collects delivery reports, hands waiting records to the producer and
-    retries failed ones. ``clock`` (monotonic seconds) paces the retries.
+    Call :meth:`pump` regularly (the agent does, about twice a second): it collects delivery
+    reports, hands waiting records to the producer and retries failed ones. ``clock``
+    (monotonic seconds) paces the retries. ``readback_max_records`` bounds the read-back after
+    a crash (:class:`~producers.spool.readback.ReadBack`).
     """
 
     def __init__(
@@ -315,6 +122,7 @@ class SpoolingPublisher:
         retry_backoff_s: tuple[float, float] = (1.0, 30.0),
         clock: Callable[[], float] = time.monotonic,
         cell: str = DEFAULT_CELL,
+        readback_max_records: int = 500_000,
         batching: Batching | None = None,
     ) -> None:
         self._conf = {
@@ -327,7 +135,7 @@ class SpoolingPublisher:
             "message.timeout.ms": int(message_timeout_s * 1000),
             "reconnect.backoff.max.ms": 2000,
             "error_cb": self._on_error,
-            "logger": _KAFKA_LOG,
+            "logger": KAFKA_LOG,
         }
         self._producer = Producer(self._conf)
         self._events_topic = topic_name(namespace, "events")
@@ -345,13 +153,36 @@ class SpoolingPublisher:
         self._inflight = 0
         self._fatal = False
         self._broker_down = False
-        self.sent = self.spooled = self.dropped = 0
+        self.sent = self.spooled = self.dropped = self.already_delivered = 0
+        # Until the cursor passes the records spooled before this start, a copy of one of them from an
+        # earlier process may be in Kafka from as early as the recorded time: the cursor keeps saying so.
+        self._floor: tuple[int, tuple[int, int]] | None = None
+        if self.spool.handed_since is not None:
+            self._floor = (self.spool.handed_since, (self.spool.tail, self.spool.size_of(self.spool.tail)))
+        self.readback = self._start_readback(kafka_conf, readback_max_records)
+
+    def _start_readback(self, kafka_conf: dict[str, Any], max_records: int) -> ReadBack | None:
+        """The read-back of what a previous process delivered, when records after the cursor may be in Kafka."""
+        if self.spool.unread == 0 or (self.spool.handed_since_known and self.spool.handed_since is None):
+            return None  # nothing spooled, or nothing of it handed on yet: nothing can be in Kafka twice
+        if not self.spool.handed_since_known:
+            log.warning("spool: %d records after the cursor and no record of when they were first handed on "
+                        "(a spool from an earlier version): sending them all; consumers drop repeated ids",
+                        self.spool.unread)
+            return None
+        assert self.spool.handed_since is not None
+        readback = ReadBack(kafka_conf, {self._events_topic: frozenset({self._event_key}), self._dead_topic: None},
+                            self.spool.handed_since, max_records)
+        readback.start()
+        log.info("spool: %d records after the cursor; reading back what was delivered since %s before "
+                 "sending them", self.spool.unread, time.strftime("%H:%M:%S", time.gmtime(readback.since_ms / 1000)))
+        return readback
 
     # --- input ---------------------------------------------------------------------
 
     def publish(self, events: Iterable[Event]) -> None:
-        """Spool ``events`` (keyed by the publisher's cell; batched: this call's, several to a record)
-        and hand what the window allows."""
+        """Spool ``events`` (keyed by the publisher's cell; batched: this call's, several to a record);
+        on disk when this returns."""
         if self._batching is None:
             lines = [_record_line(self._events_topic, self._event_key, e.model_dump_json().encode(), e.source)
                      for e in events]
@@ -387,7 +218,7 @@ class SpoolingPublisher:
             self._replace_producer()
         if self._retry and self._clock() >= self._retry_at:
             self._resend()
-        if not self._retry:
+        if not self._retry and (self.readback is None or self.readback.done.is_set()):
             self._hand_new()
         self._commit()
         metrics.SPOOL_BACKLOG.set(self.spool.size_bytes())
@@ -396,16 +227,34 @@ class SpoolingPublisher:
         room = self.max_inflight - self._inflight
         for entry in self.spool.read(room) if room > 0 else []:
             try:
+                if not entry.ok:
+                    raise ValueError("checksum")
                 record = json.loads(entry.line)
                 handed = _Handed(entry, record["topic"], record["key"].encode(), record["value"].encode(),
                                  record["source"], int(record.get("events", 1)))
             except (ValueError, KeyError, TypeError, AttributeError):
                 log.error("spool: dropping an unreadable record in segment %d", entry.segment)
+                self._window.append(_Handed(entry, "", b"", b"", "unknown", state="acked"))
                 self._drop("unknown")
                 continue
             self._window.append(handed)
+            if self._delivered_before(handed):
+                continue
+            handed.first_handed_ms = _wall_ms()
+            self.spool.mark_handed(handed.first_handed_ms)
             if not self._produce(handed):
                 break
+
+    def _delivered_before(self, handed: _Handed) -> bool:
+        """Whether the read-back found this record in Kafka already (a predecessor delivered it)."""
+        if self.readback is None or not self.readback.found:
+            return False
+        if record_digest(handed.topic, handed.key, handed.value) not in self.readback.found:
+            return False
+        handed.state = "acked"
+        self.already_delivered += handed.events
+        metrics.ALREADY_DELIVERED.labels(handed.source).inc(handed.events)
+        return True
 
     def _resend(self) -> None:
         self._retry.sort(key=lambda h: (h.entry.segment, h.entry.end))
@@ -467,12 +316,24 @@ class SpoolingPublisher:
         self._fatal = False
 
     def _commit(self) -> None:
-        """Move the spool's cursor over the acknowledged head of the window."""
+        """Move the spool's cursor over the acknowledged head of the window (saved now and then)."""
         last: _Handed | None = None
         while self._window and self._window[0].state == "acked":
             last = self._window.popleft()
         if last is not None and not last.evicted:
-            self.spool.commit(last.entry.segment, last.entry.end)
+            self.spool.commit(last.entry.segment, last.entry.end, self._handed_since())
+        self.spool.save()
+
+    def _handed_since(self) -> int | None:
+        """When the oldest copy in Kafka of a record after the cursor may have been produced (None: none can be)."""
+        since = min((h.first_handed_ms for h in self._window if h.first_handed_ms), default=None)
+        if self._floor is not None:
+            if self.spool.cursor < self._floor[1]:
+                return self._floor[0] if since is None else min(since, self._floor[0])
+            self._floor = None
+            if self.readback is not None:
+                self.readback.found.clear()  # every record it could match is behind the cursor now
+        return since
 
     # --- bound ---------------------------------------------------------------------
 
@@ -517,4 +378,6 @@ class SpoolingPublisher:
         self._producer.purge()
         self._producer.poll(0)
         self._commit()
+        if self.readback is not None:
+            self.readback.close()
         self.spool.close()

@@ -1,103 +1,21 @@
-"""The topic and partition plan: every declared topic, sized for a fleet, applied to any Kafka.
+"""The plan itself: the sizing assumptions, each topic's load and partitions, and the plan as text.
 
-``faultline topics plan`` prints the plan with its arithmetic; ``faultline topics
-apply [--dry-run]`` creates missing topics, raises partition counts and sets the
-planned configs on the configured broker. Both start from
-:data:`streams.topics.TOPICS` (suffix, key, model, declared partitions, cleanup,
-retention) and add a sizing model with every assumption named in
-:class:`Assumptions` (defaults: 10,000 GPUs sampled at 1 Hz).
-
-The arithmetic, per topic
--------------------------
-
-* **records/s** -- ``events``: what the node agents publish. NVML is sampled
-  ``gpus x sample_hz`` times a second (*before* publish-on-change); the agent
-  publishes a sample only when a reading moved past its tolerance
-  (``change_share`` of the samples) or when the GPU's snapshot is due
-  (``1 / snapshot_interval_s``), so *after* publish-on-change a GPU sends
-  ``min(sample_hz, change_share x sample_hz + 1 / snapshot_interval_s)`` a
-  second. Heartbeats (one per node per ``heartbeat_interval_s``), trainer
-  lines and the rarer kernel/BMC/scheduler lines are added per node. The other
-  topics follow from the incident rate.
-* **bytes/record** -- the length of a real serialized record: an
-  :class:`~streams.events.Event` made by the agent's own parser
-  (:func:`producers.capture.parse_capture_line`) from a typical observation of
-  each kind, or a decision model with typical contents, ``model_dump_json()``
-  exactly as the producers send it. Kafka's record overhead is left out (small
-  next to these sizes).
-* **MB/s** -- records/s x bytes/record, steady and *peak*. The peak of
-  ``events`` is the pre-publish-on-change rate: every GPU's every sample
-  changes at once (a fleet-wide job start or stop), and the plan must hold it.
-* **partitions** -- a partition is budgeted ``partition_mb_s`` of peak writes
-  (uncompressed; a broker partition takes several times that) and, for the
-  correlator's input, ``correlator_events_s`` of steady records (one Python
-  process judges a partition; its engine alone was measured near 10,000
-  events/s on one core, half of that is left for Faust, decoding and
-  headroom). ``needed = ceil(peak MB/s / partition_mb_s)``.
-* **retention bytes** -- steady MB/s x retention seconds / ``compression`` (lz4
-  on the wire and on disk; measured ~11x on homogeneous samples, 4x assumed),
-  per replica, and x ``replication`` across the cluster. A compacted topic
-  keeps one record per key; it is given per year of incidents.
-
-Two topics get fewer partitions than :mod:`streams.topics` declares, on
-purpose (each says why in the plan):
-
-* ``events`` -- **one partition per cell.** The correlator judges across nodes
-  (a job's ranks, a rack, a power domain), so one engine must see every event
-  of a *cell* (a set of nodes no job or rack crosses) in order; events are
-  keyed by cell (:mod:`streams.cells`), so a cell never straddles partitions,
-  and a worker taking over rebuilds its state one partition at a time
-  (``correlators.rebuild.rebuild``), from the partition's newest state snapshot
-  (``correlators.snapshots``), so a takeover replays at most the snapshot
-  interval, not the retention. This plan sizes one cell per namespace, with
-  one ``events`` partition, and says how many cells the fleet needs; a
-  namespace may also hold several cells (``FAULTLINE_CELL``) over as many
-  partitions, which the workers of its correlator group share (OPERATIONS.md).
-* ``commands`` -- one partition: commands are keyed by command id but must be
-  carried out in the order issued (fence *before* restart); one partition is
-  the only order Kafka keeps across keys, and the rate is a few a minute.
-
-``apply`` is idempotent: it only creates what is missing, raises partition
-counts (Kafka cannot lower them: a topic with more partitions than planned is
-reported, not touched), and sets the configs the plan names
-(``cleanup.policy``, ``retention.ms``, ``min.insync.replicas``) where they
-differ. The replication factor is the planned one, or the number of brokers
-where the cluster has fewer.
+The arithmetic is described in :mod:`deploy.topics`; the serialized record sizes it starts
+from are measured in :mod:`deploy.topics.sizes`; the replication factor and
+``min.insync.replicas`` follow :mod:`common.replication`, the rule every topic creator shares.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from typing import Any, Literal
+from dataclasses import dataclass, replace
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    NewPartitions,
-    NewTopic,
-)
-
+from common.replication import PLANNED_REPLICATION, min_insync
+from deploy.topics.sizes import record_sizes
 from streams.topics import TOPICS, TopicSpec, topic_name
 
-__all__ = [
-    "Action",
-    "Assumptions",
-    "Plan",
-    "RecordLoad",
-    "TopicPlan",
-    "apply_plan",
-    "make_plan",
-    "record_sizes",
-    "render_actions",
-    "render_plan",
-]
+__all__ = ["PINNED", "Assumptions", "Plan", "RecordLoad", "TopicPlan", "make_plan", "min_insync", "render_plan"]
 
 _MB = 1_000_000
 _DAY_S = 86_400
@@ -155,7 +73,7 @@ class Assumptions:
     """``FAULTLINE_SNAPSHOT_EVERY_S``: ...or this many seconds of them, whichever is fewer."""
     compression: float = 4.0
     """lz4 ratio on disk (measured ~11 on homogeneous GPU samples; 4 assumed)."""
-    replication: int = 3
+    replication: int = PLANNED_REPLICATION
     """Replication factor of every topic (fewer where the cluster has fewer brokers)."""
 
     @property
@@ -257,75 +175,6 @@ class Plan:
         topics = tuple(replace(t, retention_ms=retention_ms) if t.spec.suffix == suffix else t for t in self.topics)
         return replace(self, topics=topics)
 
-
-def min_insync(replication: int) -> int:
-    """``min.insync.replicas``: 2 with 3 replicas (one broker may be down), 1 with fewer."""
-    return 2 if replication >= 3 else 1
-
-
-# --------------------------------------------------------------------------- record sizes
-
-_TS = "2026-04-22T03:00:41.956+00:00"
-_GPU = {"index": 3, "uuid": "GPU-ca6fc2b7-ca57-71d0-eea0-627083a9c179", "pci_bus_id": "00000000:18:00.0"}
-_OBSERVATIONS: dict[str, dict[str, Any]] = {
-    "gpu_sample": {"ts": _TS, "source": "nvml", "node": "gpu-node-0017", "gpu": _GPU, "metrics": {
-        "temperature_c": 61.5, "power_w": 612.3, "power_limit_w": 700.0, "utilization_pct": 98,
-        "memory_used_mib": 71234, "memory_total_mib": 81559, "ecc_sbe_volatile": 0, "ecc_dbe_volatile": 0,
-        "ecc_sbe_aggregate": 3, "ecc_dbe_aggregate": 0, "retired_pages_sbe": 0, "retired_pages_dbe": 0,
-        "remapped_rows_pending": False, "remapped_rows_failure": False, "clocks_event_reasons": [],
-        "pcie_replay_counter": 0}},
-    "agent_heartbeat": {"ts": _TS, "source": "node_agent", "node": "gpu-node-0017", "alive": True},
-    "train_step": {"ts": _TS, "source": "trainer", "job": "pretrain-70b-run-0042", "rank": 0,
-                   "node": "gpu-node-0017", "event": "step", "step": 125_430, "loss": 1.9342,
-                   "samples_per_s": 4215.7},
-    "xid": {"ts": _TS, "source": "kernel", "node": "gpu-node-0017",
-            "line": "NVRM: Xid (PCI:0000:18:00): 48, pid=2712, name=python, An uncorrectable double bit "
-                    "error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0."},
-}
-
-
-def _decision_sizes() -> dict[str, int]:
-    """Serialized sizes of typical decisions (real models, typical contents)."""
-    from streams.decisions import Approval, Command, CommandResult, Culprit, DeadLetter, Incident, Target
-
-    at = datetime(2026, 4, 22, 3, 0, 41, tzinfo=UTC)
-    incident = Incident(
-        id="inc-5f1c2a9e0b7d4c31", job="pretrain-70b-run-0042", category="gpu_memory_fault",
-        culprit=Culprit(node="gpu-node-0017", gpus=[str(_GPU["uuid"])]), opened_at=at, severity="page",
-        state="recovering", version=4, updated_at=at,
-        summary="XID 48 double-bit ECC on gpu-node-0017 GPU 3; job restarted from step 125000 without it",
-        evidence=[f"ev-{i:020x}" for i in range(6)], lost_gpu_hours=12.5)
-    command = Command(
-        id="cmd-3f2a9c41b8e07d55", incident=incident.id, type="restart_job",
-        target=Target(job=incident.job, node="gpu-node-0017", gpu=str(_GPU["uuid"])), issued_at=at,
-        params={"checkpoint": {"path": "/ckpt/pretrain-70b/step_125000", "step": 125_000}, "gpus": 1024,
-                "exclude": {"nodes": [], "gpus": [["gpu-node-0017", str(_GPU["uuid"])]]}},
-        reason="gpu_memory_fault: restart from the newest valid checkpoint without the failed GPU")
-    result = CommandResult(command=command.id, status="done", at=at, executor="slurm",
-                           detail="scontrol requeuehold 812345; ExcNodeList=gpu-node-0017; release")
-    approval = Approval(command=command.id, decision="approve", by="alice", at=at,
-                        reason="job checkpointed; reboot is safe")
-    dead = DeadLetter(stage="agent", reason="kernel_log: line is not UTF-8", raw="x" * 300, at=at)
-    return {name: len(model.model_dump_json().encode())
-            for name, model in (("incident", incident), ("command", command), ("result", result),
-                                ("approval", approval), ("deadletter", dead))}
-
-
-def record_sizes() -> dict[str, int]:
-    """Bytes of one serialized record of each kind the sizing uses (events through the agent's parser)."""
-    from producers.capture import parse_capture_line
-
-    sizes: dict[str, int] = {}
-    for kind, obs in _OBSERVATIONS.items():
-        events = [e for e in parse_capture_line(json.dumps(obs)) if e.body.kind == kind]
-        if not events:
-            raise RuntimeError(f"the parser made no {kind} event of its example observation")
-        sizes[kind] = len(events[0].model_dump_json().encode())
-    sizes.update(_decision_sizes())
-    return sizes
-
-
-# --------------------------------------------------------------------------- the plan
 
 
 def _loads(a: Assumptions, sizes: Mapping[str, int]) -> dict[str, tuple[RecordLoad, ...]]:
@@ -465,115 +314,3 @@ def render_plan(plan: Plan) -> str:
     ]
     return "\n".join(out)
 
-
-# --------------------------------------------------------------------------- apply
-
-
-@dataclass(frozen=True)
-class Action:
-    """One thing ``apply`` did (or, in a dry run, would do) to one topic."""
-
-    topic: str
-    kind: Literal["create", "partitions", "config", "ok", "warn"]
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.kind:<10} {self.topic}: {self.detail}"
-
-
-@dataclass
-class _Existing:
-    partitions: dict[str, int] = field(default_factory=dict)
-    configs: dict[str, dict[str, str]] = field(default_factory=dict)
-
-
-def _existing(admin: AdminClient, names: list[str], timeout: float) -> _Existing:
-    meta = admin.list_topics(timeout=timeout)
-    found = _Existing()
-    for name in names:
-        t = meta.topics.get(name)
-        if t is not None and t.error is None:
-            found.partitions[name] = len(t.partitions)
-    if found.partitions:
-        resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in found.partitions]
-        for res, fut in admin.describe_configs(resources, request_timeout=timeout).items():
-            entries = fut.result(timeout=timeout)
-            found.configs[res.name] = {k: str(v.value) for k, v in entries.items()}
-    return found
-
-
-def _brokers(admin: AdminClient, timeout: float) -> int:
-    return max(1, len(admin.list_topics(timeout=timeout).brokers))
-
-
-def _wait(futures: Mapping[Any, Any], what: str, timeout: float, tolerate: str | None = None) -> None:
-    """Wait for every admin future; ``tolerate`` names an error that means another apply got there first."""
-    for key, fut in futures.items():
-        try:
-            fut.result(timeout=timeout)
-        except KafkaException as exc:
-            if tolerate is None or tolerate not in str(exc):
-                raise RuntimeError(f"{what} {getattr(key, 'name', key)}: {exc}") from exc
-
-
-def apply_plan(admin_conf: Mapping[str, Any], plan: Plan, *, dry_run: bool = False,
-               timeout: float = 30.0) -> list[Action]:
-    """Make the broker's topics match ``plan`` (see the module docstring); the actions, in order."""
-    admin = AdminClient(dict(admin_conf))
-    brokers = _brokers(admin, timeout)
-    existing = _existing(admin, [t.name for t in plan.topics], timeout)
-    actions: list[Action] = []
-    create: list[NewTopic] = []
-    grow: list[NewPartitions] = []
-    alter: list[ConfigResource] = []
-    short = sorted({t.replication for t in plan.topics if t.replication > brokers})
-    if short:
-        actions.append(Action("*", "warn", f"replication {brokers}, not {short[-1]}: the cluster has "
-                                           f"{brokers} broker(s)"))
-    for t in plan.topics:
-        replication = min(t.replication, brokers)
-        configs = {**t.configs, "min.insync.replicas": str(min_insync(replication))}
-        if t.name not in existing.partitions:
-            create.append(NewTopic(t.name, num_partitions=t.partitions, replication_factor=replication,
-                                   config=configs))
-            actions.append(Action(t.name, "create", f"{t.partitions} partitions, replication {replication}, "
-                                                    + ", ".join(f"{k}={v}" for k, v in configs.items())))
-            continue
-        changed = False
-        have = existing.partitions[t.name]
-        if have < t.partitions:
-            grow.append(NewPartitions(t.name, t.partitions))
-            actions.append(Action(t.name, "partitions", f"{have} -> {t.partitions}"))
-            changed = True
-        elif have > t.partitions:
-            actions.append(Action(t.name, "warn", f"has {have} partitions, the plan {t.partitions}: Kafka "
-                                                  "cannot remove partitions (recreate the topic to shrink it)"))
-        current = existing.configs.get(t.name, {})
-        differ = {k: v for k, v in configs.items() if current.get(k) != v}
-        if differ:
-            alter.append(ConfigResource(ConfigResource.Type.TOPIC, t.name, incremental_configs=[
-                ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in differ.items()]))
-            actions.append(Action(t.name, "config", ", ".join(f"{k}: {current.get(k)} -> {v}"
-                                                               for k, v in differ.items())))
-            changed = True
-        if not changed:
-            actions.append(Action(t.name, "ok", f"{have} partitions, configs as planned"))
-    if not dry_run:
-        if create:
-            # Several stages apply the plan as they start: a topic another one just made is fine.
-            _wait(admin.create_topics(create, operation_timeout=timeout, request_timeout=timeout),
-                  "creating topic", timeout, tolerate="TOPIC_ALREADY_EXISTS")
-        if grow:
-            _wait(admin.create_partitions(grow, operation_timeout=timeout, request_timeout=timeout),
-                  "adding partitions to", timeout)
-        if alter:
-            _wait(admin.incremental_alter_configs(alter, request_timeout=timeout), "setting configs of", timeout)
-    return actions
-
-
-def render_actions(actions: list[Action], dry_run: bool) -> str:
-    """What ``apply`` did, one line per action, and a summary line."""
-    changes = sum(1 for a in actions if a.kind in ("create", "partitions", "config"))
-    verb = "would change" if dry_run else "changed"
-    return "\n".join([*map(str, actions), f"{verb} {changes} thing(s); "
-                      f"{sum(1 for a in actions if a.kind == 'ok')} topic(s) already as planned"])

@@ -1,0 +1,126 @@
+"""A job's checkpoints and which of them is a restart point: lineage, failures, the failure domain.
+
+The newest valid checkpoint is not the highest step ever saved:
+
+* **Lineage.** A run that loads an older checkpoint (``checkpoint_loaded``, or the restart faultline
+  issued) starts a new lineage: every checkpoint saved after the one it loaded, by the runs before,
+  belongs to an abandoned, diverged history (an owner's rollback after a NaN loss) and is no restart
+  point any more. A run that saves at a step no higher than checkpoints of earlier runs without
+  saying what it loaded gives itself away the same way.
+* **Failed.** A checkpoint whose write failed (``checkpoint_failed`` at its step or path) is not one;
+  neither is one that a restarted run could not load (it died before its first step with a load
+  error: a truncated shard, missing ``state_dict`` keys) -- storage or software, never the GPU.
+* **Failure domain.** A checkpoint written only under a node-local prefix of the policy
+  (``/mnt/nvme``, ``/local``) lives and dies with the node that wrote it: once that node is fenced or
+  left out of the restart it is no restart point, and the restart says what skipping it cost.
+
+Plain data (part of the engine's state, in :class:`~correlators.job_progress.JobProgress`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Annotated, Literal
+
+from correlators.state_fields import Bounded, Instant
+
+__all__ = ["CHECKPOINTS_KEPT", "CheckpointBook", "SavedCheckpoint", "Skipped"]
+
+CHECKPOINTS_KEPT = 64  # the newest saves remembered per job (older ones are never the restart point)
+
+State = Literal["valid", "failed", "failed_load", "abandoned"]
+
+
+@dataclass
+class SavedCheckpoint:
+    step: int
+    path: str | None
+    ts: Instant
+    node: str | None = None  # the node whose trainer reported it (where a node-local copy lives)
+    local: bool = False  # written under a node-local prefix
+    state: State = "valid"
+    why: str = ""
+
+
+@dataclass
+class Skipped:
+    """A newer checkpoint passed over for the restart point, and why."""
+
+    step: int
+    ts: datetime
+    why: str
+
+
+@dataclass
+class CheckpointBook:
+    saved: Annotated[deque[SavedCheckpoint], Bounded(CHECKPOINTS_KEPT)] = field(
+        default_factory=lambda: deque(maxlen=CHECKPOINTS_KEPT))
+    run_started: Instant | None = None  # when the current run (the newest job_started) began
+    loading: int | None = None  # the step the current run loaded (or was told to load)
+    loading_path: str | None = None
+    load_failed: bool = False  # the current run's load failure is recorded already
+
+    # --- what the job reports -------------------------------------------------------------
+    def on_run_start(self, ts: datetime, step: int | None, path: str | None) -> None:
+        """A new run of the job; ``step``: the checkpoint it is loading, when known (faultline's restart)."""
+        self.run_started = ts
+        self.loading, self.loading_path, self.load_failed = None, None, False
+        if step is not None:
+            self.on_loaded(step, path)
+
+    def on_loaded(self, step: int, path: str | None) -> None:
+        """The current run loaded ``step``: what was saved after it belongs to an abandoned lineage."""
+        self.loading, self.loading_path = step, path
+        for ck in self.saved:
+            if ck.state == "valid" and ck.step > step:
+                ck.state, ck.why = "abandoned", f"saved after step {step}, which a later run loaded"
+
+    def on_saved(self, ts: datetime, step: int, path: str | None, node: str | None, local: bool) -> None:
+        started = self.run_started
+        if started is not None:
+            for ck in self.saved:  # this run went back to before them without saying: a new lineage
+                if ck.state == "valid" and ck.step >= step and ck.ts < started:
+                    ck.state, ck.why = "abandoned", f"a later run saved step {step} after it"
+        self.saved.append(SavedCheckpoint(step, path, ts, node, local))
+
+    def on_failed(self, step: int | None, path: str | None) -> None:
+        """A write reported failed: a save of that step (or path) is no checkpoint."""
+        for ck in self.saved:
+            if ck.state == "valid" and ((path is not None and ck.path == path) or (step is not None and ck.step == step)):
+                ck.state, ck.why = "failed", "its write failed"
+
+    def loaded_failed(self, why: str) -> SavedCheckpoint | None:
+        """The current run could not load its checkpoint: it is no restart point (returned, when known)."""
+        hit = None
+        for ck in self.saved:
+            if ck.step == self.loading and (self.loading_path is None or ck.path in (None, self.loading_path)):
+                if ck.state in ("valid", "abandoned"):
+                    ck.state, ck.why = "failed_load", why
+                hit = ck
+        return hit
+
+    # --- the restart point --------------------------------------------------------------------
+    def newest(self) -> SavedCheckpoint | None:
+        """The newest valid checkpoint of the current lineage, wherever it is."""
+        valid = [ck for ck in self.saved if ck.state == "valid"]
+        return max(valid, key=lambda c: (c.step, c.ts)) if valid else None
+
+    def restart_point(self, lost_nodes: set[str], failure_at: datetime | None = None,
+                      rerun: tuple[datetime, datetime] | None = None) -> tuple[SavedCheckpoint | None, list[Skipped]]:
+        """The newest valid checkpoint saved by ``failure_at`` (or within ``rerun``: by a run that began after
+        it, up to that run's own failure) outside the failure domain of ``lost_nodes`` (fenced or left out), and
+        the newer ones passed over (failed to load, or only on a lost node's local storage). One completed by
+        the failing run after the failure began may hold its damage: it is passed over silently."""
+        skipped: list[Skipped] = []
+        for ck in sorted(self.saved, key=lambda c: (c.step, c.ts), reverse=True):
+            if failure_at is not None and ck.ts > failure_at and not (rerun and rerun[0] <= ck.ts <= rerun[1]):
+                continue
+            if ck.state == "valid" and not (ck.local and ck.node in lost_nodes):
+                return ck, skipped
+            if ck.state == "failed_load":
+                skipped.append(Skipped(ck.step, ck.ts, f"failed to load ({ck.why})"))
+            elif ck.state == "valid":
+                skipped.append(Skipped(ck.step, ck.ts, f"is only on {ck.node}'s node-local storage ({ck.path})"))
+        return None, skipped

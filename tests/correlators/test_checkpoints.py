@@ -1,0 +1,62 @@
+"""A job's checkpoints: the newest valid one is of the current lineage, not failed, not failed to load, and
+outside the failure domain of what the restart leaves out."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from correlators.checkpoints import CheckpointBook
+
+T0 = datetime(2026, 4, 22, 3, 0, tzinfo=UTC)
+
+
+def at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+def _book(*steps: int) -> CheckpointBook:
+    book = CheckpointBook()
+    book.on_run_start(at(0), None, None)
+    for k, step in enumerate(steps):
+        book.on_saved(at(100 * (k + 1)), step, f"/ck/{step}", "n1", False)
+    return book
+
+
+def test_a_rollback_abandons_what_was_saved_after_the_step_it_loaded() -> None:
+    book = _book(100, 200, 300)
+    book.on_run_start(at(400), None, None)
+    book.on_loaded(100, "/ck/100")
+    book.on_saved(at(500), 150, "/ck/150", "n1", False)
+    assert [(c.step, c.state) for c in book.saved] == [(100, "valid"), (200, "abandoned"), (300, "abandoned"),
+                                                       (150, "valid")]
+    newest = book.newest()
+    assert newest is not None and newest.step == 150
+
+
+def test_a_silent_rollback_is_told_by_its_saves() -> None:
+    book = _book(100, 200, 300)
+    book.on_run_start(at(400), None, None)  # it never says what it loaded
+    book.on_saved(at(500), 200, "/ck/200b", "n1", False)
+    assert [c.state for c in book.saved] == ["valid", "abandoned", "abandoned", "valid"]
+    assert book.restart_point(set())[0].path == "/ck/200b"  # type: ignore[union-attr]
+
+
+def test_a_failed_write_and_a_failed_load_are_no_restart_points() -> None:
+    book = _book(100, 200, 300)
+    book.on_failed(300, None)
+    book.on_run_start(at(400), 200, "/ck/200")
+    assert book.loaded_failed("missing keys") is not None
+    ck, skipped = book.restart_point(set())
+    assert ck is not None and ck.step == 100
+    assert [(k.step, "load" in k.why) for k in skipped] == [(200, True)]  # the failed write is no candidate at all
+
+
+def test_node_local_checkpoints_die_with_their_node_and_later_ones_are_not_trusted() -> None:
+    book = CheckpointBook()
+    book.on_saved(at(100), 100, "/ck/100", "n1", False)
+    book.on_saved(at(200), 200, "/mnt/nvme/200", "n1", True)
+    assert book.restart_point(set())[0].step == 200  # type: ignore[union-attr]
+    assert book.restart_point({"n2"})[0].step == 200  # type: ignore[union-attr]
+    ck, skipped = book.restart_point({"n1"})
+    assert ck is not None and ck.step == 100 and "node-local" in skipped[0].why
+    assert book.restart_point(set(), failure_at=at(150))[0].step == 100  # type: ignore[union-attr]

@@ -1,0 +1,37 @@
+"""NVML presence: a node's sample cadence, when a GPU is overdue (in the node's own time), a node whose NVML
+is quiet as a whole, a GPU back after it was declared gone."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from correlators.nvml_presence import NvmlNode
+
+T0 = datetime(2026, 4, 22, 3, 0, tzinfo=UTC)
+
+
+def at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+def test_cadence_overdue_and_siblings() -> None:
+    nv = NvmlNode()
+    for k in range(5):
+        for g in range(4):
+            if g != 2 or k < 3:
+                nv.observe(g, at(30 * k + g))
+    assert nv.cadence() == 30
+    assert nv.overdue_at(2, 2.5) == at(60 + 2 + 75)
+    assert nv.reporting_since(2, at(62 + 30)) == 3
+    assert not nv.quiet(at(130), 2.5) and nv.quiet(at(123 + 76), 2.5)
+
+
+def test_nothing_is_known_before_three_gaps_and_a_gone_gpu_can_come_back() -> None:
+    nv = NvmlNode()
+    nv.observe(0, at(0))
+    nv.observe(0, at(30))
+    assert nv.cadence() is None and nv.overdue_at(0, 2.5) is None
+    nv.gone[0] = at(30)
+    assert nv.observe(0, at(400)) is True and 0 not in nv.gone
+    nv.observe(0, at(10))  # a late sample does not move the newest back
+    assert nv.last[0] == at(400) and nv.newest == at(400)
