@@ -168,6 +168,8 @@ class BmcView:
     heard: Instant | None = None  # event time of its newest report (power, SEL or a failed poll)
     gaps: Annotated[deque[float], Bounded(BMC_GAPS)] = field(default_factory=lambda: deque(maxlen=BMC_GAPS))
     hardware_at: Instant | None = None  # the newest hardware SEL (or machine check) it, or the kernel, logged
+    node_fault_at: Instant | None = None  # ...of the node's own parts (CPU, memory, board): not a power supply
+    node_fault: str = ""  # what that newest one was, for the incident's text
 
     def report(self, ts: datetime) -> None:
         """One report (power, SEL line, failed poll) at ``ts``: the newest heard, and the poll cadence."""
@@ -182,6 +184,8 @@ class BmcView:
     def hardware_fault(self, component: str, line: str, ts: datetime) -> None:
         self.hardware_sel.append((component, line))
         self.hardware_at = ts if self.hardware_at is None else max(self.hardware_at, ts)
+        if component != "power_supply" and (self.node_fault_at is None or ts >= self.node_fault_at):
+            self.node_fault_at, self.node_fault = ts, component
 
 
 def silence_category(bmc: BmcView, rack_peers_lost: int) -> str:

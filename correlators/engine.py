@@ -101,8 +101,8 @@ class Correlator:
         life = IncidentLifecycle(ctx, planner, watcher=lemons)
         recovery = RecoveryRules(ctx, life, planner)
         verification = VerificationRules(ctx, life, planner)
-        training = TrainingRules(ctx, life, verification)
         hardware = HardwareRules(ctx, life)
+        training = TrainingRules(ctx, life, verification, hardware)
         placement = PlacementRules(ctx, life, planner)
         self.rule_sets: tuple[RuleSet, ...] = (
             SchedulerRules(ctx, life, verification, placement, training), LivenessRules(ctx, hardware), hardware,

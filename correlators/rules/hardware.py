@@ -14,6 +14,12 @@ the hardware.
 
 The liveness rules (silence, the BMC) report what they conclude through
 :meth:`HardwareRules.node_finding` and :meth:`HardwareRules.power_supply_sel`.
+
+A node whose own parts failed (a BMC hardware SEL of its CPU, memory or board, or an uncorrected
+machine check from its kernel) and on which a rank crashed within ``hardware_lookback_s`` of it,
+in either order, is a ``node_hardware_fault`` even though its agent keeps talking (the contract:
+"in-band silence *or crash* with a BMC hardware SEL"): the crash is that hardware's, not the
+software's (:meth:`HardwareRules.rank_crashed`, :meth:`HardwareRules.node_fault_logged`).
 """
 
 from __future__ import annotations
@@ -90,6 +96,32 @@ class HardwareRules:
             self.state.host_oom[e.node] = e.ts
         elif e.node and b.fault == "machine_check" and b.severity in ("uncorrected", "fatal"):
             self.state.bmc_view(e.node).hardware_fault("cpu", b.message, e.ts)
+            self.node_fault_logged(e.node, e.ts, e.id, "machine check logged by the kernel")
+
+    # --- a crash on a node whose own parts failed -------------------------------------
+    def rank_crashed(self, node: str, ts: datetime, evidence: str | None) -> None:
+        """A rank placed on ``node`` crashed at ``ts``: the node's fault, if its parts failed near then."""
+        s = self.state
+        s.rank_crashed[node] = ts if node not in s.rank_crashed else max(ts, s.rank_crashed[node])
+        view = s.bmc.get(node)
+        if view is not None and self._near(view.node_fault_at, ts):
+            self._node_fault(node, min(ts, view.node_fault_at or ts), f"a {view.node_fault} fault logged by its BMC",
+                             evidence)
+
+    def node_fault_logged(self, node: str, ts: datetime, evidence: str | None, what: str) -> None:
+        """``node``'s own parts failed at ``ts`` (a hardware SEL or a machine check): a rank that crashed
+        there near then crashed of it."""
+        crashed = self.state.rank_crashed.get(node)
+        if self._near(crashed, ts):
+            self._node_fault(node, min(ts, crashed or ts), what, evidence)
+
+    def _near(self, then: datetime | None, now: datetime) -> bool:
+        return then is not None and abs((now - then).total_seconds()) <= self.p.timing.hardware_lookback_s
+
+    def _node_fault(self, node: str, ts: datetime, what: str, evidence: str | None) -> None:
+        self.node_finding(Finding("node_hardware_fault", ts, node,
+                                  reason=f"node_hardware_fault: {what} on {node}, where a rank crashed",
+                                  evidence=evidence))
 
     def _on_gpu_sample(self, e: ev.Event, b: ev.GpuSample) -> None:
         node = e.node

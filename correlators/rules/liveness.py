@@ -152,3 +152,5 @@ class LivenessRules:
         view.hardware_fault(b.component, b.line, e.ts)
         if b.component == "power_supply":
             self.hardware.power_supply_sel(node, e.ts, e.id)
+        else:
+            self.hardware.node_fault_logged(node, e.ts, e.id, f"a {b.component} fault logged by its BMC")

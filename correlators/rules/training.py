@@ -29,6 +29,7 @@ from correlators.job_progress import JobProgress
 from correlators.lifecycle import DONE, IncidentLifecycle
 from correlators.restart_gate import human
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
+from correlators.rules.hardware import HardwareRules
 from correlators.rules.verification import VerificationRules
 from correlators.timers import TimerKey, TimerName
 from correlators.topology import Job
@@ -51,11 +52,13 @@ class TrainingRules:
     """Job-level sources: NCCL, CUDA and Python errors, worker exits, the trainer's steps, checkpoints and
     heartbeats. Failures go to the lifecycle; each step is also a chance for recovery to see progress."""
 
-    def __init__(self, ctx: RuleContext, lifecycle: IncidentLifecycle, verification: VerificationRules) -> None:
+    def __init__(self, ctx: RuleContext, lifecycle: IncidentLifecycle, verification: VerificationRules,
+                 hardware: HardwareRules) -> None:
         self.state = ctx.state
         self.p = ctx.policy
         self.life = lifecycle
         self.verification = verification
+        self.hardware = hardware
         self.queue = ctx.state.timers
 
     def event_handlers(self) -> Mapping[str, EventHandler]:
@@ -133,7 +136,11 @@ class TrainingRules:
         fenced = self._fenced_cause(node, gpus)
         if fenced is not None and category in ("software_crash", "network_timeout"):
             category, reason = fenced[0], f"{reason}, on hardware fenced for {fenced[0]} ({fenced[1]})"
+            if node is not None and node in self.state.ledger.nodes:
+                gpus = []  # the whole node is what was fenced: blame it, not the rank's GPU
         self.life.failure(e.job, Finding(category, e.ts, node, gpus, reason, e.id))
+        if node is not None and category == "software_crash" and fenced is None:
+            self.hardware.rank_crashed(node, e.ts, e.id)  # on a node whose own parts failed: the node's fault
 
     def _fenced_cause(self, node: str | None, gpus: list[int]) -> tuple[str, str] | None:
         """(category, incident) of the fence on the rank's GPU (or node), when it is a hardware fault's."""

@@ -37,7 +37,8 @@ def _incident(out: dict[str, Any], job: str) -> dict[str, Any]:
 @scenario
 def gate_waits_for_silence_with_bmc_ierr() -> S:
     """n2's BMC logs a CPU IERR, the rank on it dies, the others report NCCL errors; n2's agent goes quiet.
-    Its silence threshold (60 s) is longer than the settle window: the restart waits for the verdict."""
+    Its silence threshold (60 s) is longer than the settle window, but the crash next to the IERR is
+    already the verdict: the restart never goes out before n2 is judged and fenced."""
     cap = fleet("n1", "n2", "n3").job("pt", ["n1", "n2"])
     cap.sel(899, "n2", "cpu").silence(900, "n2").bmc_power(915, "n2")
     cap.crash(900.5, "pt", rank=11, error="RuntimeError: CUDA error: unspecified launch failure")

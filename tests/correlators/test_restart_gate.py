@@ -30,7 +30,7 @@ def _ts(s: str) -> datetime:
 
 
 def test_the_incident_says_what_the_gate_waits_for_and_nothing_restarts_meanwhile() -> None:
-    decided, _ = _versions("gate_waits_for_silence_with_bmc_ierr")
+    decided, _ = _versions("gate_waits_for_a_slow_agent")  # nothing but n2's silence can judge it
     waiting = [d for d in decided if isinstance(d, Incident) and d.gate is not None and d.gate.state == "waiting"]
     assert waiting, "no version of the incident showed the gate waiting"
     text = waiting[0].summary

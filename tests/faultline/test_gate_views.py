@@ -42,11 +42,12 @@ def _views(cap: Capture, tmp_path: Path) -> tuple[dict, str, str]:  # type: igno
 
 
 def test_the_story_shows_the_wait_and_the_verdict(tmp_path: Path) -> None:
-    """n2's agent goes quiet with a CPU IERR logged: a version says what the gate waits for, the restart
-    follows the cordon; the CLI and the page both say it."""
-    cap = Capture(duration=1500).node("n1").node("n2").node("n3").heartbeats(15).nvml(30).job("pt", ["n1", "n2"])
-    cap.sel(899, "n2", "cpu").silence(900, "n2").bmc_power(915, "n2")
-    cap.crash(900.5, "pt", rank=11, error="RuntimeError: CUDA error: unspecified launch failure")
+    """n2's agent goes quiet and the ranks waiting for it time out: only its silence can judge it, so a
+    version says what the gate waits for, the restart follows the cordon; the CLI and the page both say it."""
+    cap = Capture(duration=1500).node("n1").node("n2").node("n3").heartbeats(40).nvml(30).job("pt", ["n1", "n2"])
+    cap.silence(900, "n2").bmc_power(930, "n2")
+    cap.nccl_timeout(905, "pt", missing=range(8, 16), timeout_ms=5000)
+    cap.scheduler(910, "job_failed", job="pt")
     data, text, page = _views(cap, tmp_path)
     waits = [e for e in data["timeline"] if e["entry_type"] == "incident" and "waiting for a verdict on n2" in e["text"]]
     assert waits and "due by" in waits[0]["text"]

@@ -1,0 +1,79 @@
+"""Scenarios of "a crash with a BMC hardware SEL": a node whose own parts failed (CPU, memory, board; or an
+uncorrected machine check from its kernel) is a ``node_hardware_fault`` when a rank crashes on it near then,
+in either order, even though its agent keeps heartbeating (the contract's table: "in-band silence *or crash*
+with a BMC hardware SEL"). The node is cordoned and drained before the restart that excludes it.
+
+Registered into :data:`scenario_book.SCENARIOS` (imported at the end of that module).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from builder import Capture, at_iso
+from scenario_book import NO_FENCE, expect, fleet, restart, scenario
+
+S = tuple[Capture, dict[str, Any]]
+
+
+def _node_fault(node: str = "n1", opened_by: float = 1000) -> dict[str, Any]:
+    return expect(
+        incidents=[{"job": "pt", "category": "node_hardware_fault", "culprit_node": node,
+                    "opened_by": at_iso(opened_by)}],
+        must=[{"type": "cordon_node", "node": node}, {"type": "drain_node", "node": node},
+              {"type": "open_ticket", "node": node}, restart("pt", excludes_node=node)],
+        order=[[{"type": "cordon_node", "node": node}, restart("pt")]],
+        unique=[restart("pt"), {"type": "cordon_node", "node": node}, {"type": "open_ticket", "node": node}],
+        must_not=[{"type": "quarantine_gpu"}, {"type": "cordon_node", "node": "n2"}, {"type": "reboot_node"}],
+    )
+
+
+@scenario
+def crash_on_a_node_whose_cpu_failed_agent_alive() -> S:
+    """The BMC logs a CPU IERR; a second later the rank on that node dies with a CUDA error, the others time out
+    in their collective; the node's agent keeps heartbeating. The node is the cause, not the software."""
+    cap = fleet("n1", "n2", "n3").bmc_polls(60).job("pt", ["n1", "n2"])
+    cap.sel(899, "n1", "cpu").crash(900, "pt", rank=3)
+    cap.nccl_timeout(905, "pt", missing=[3])
+    return cap, _node_fault()
+
+
+@scenario
+def memory_sel_logged_after_the_crash() -> S:
+    """The crash comes first; the BMC's uncorrectable-memory SEL is polled 40 s later, before any restart."""
+    cap = fleet("n1", "n2", "n3").bmc_polls(60).job("pt", ["n1", "n2"])
+    cap.crash(900, "pt", rank=5).sel(940, "n1", "memory")
+    cap.nccl_timeout(905, "pt", missing=[5])
+    return cap, _node_fault()
+
+
+@scenario
+def crash_with_an_uncorrected_machine_check() -> S:
+    """No BMC at all: the node's kernel logs an uncorrected machine check as the rank on it dies."""
+    cap = fleet("n1", "n2", "n3").job("pt", ["n1", "n2"])
+    cap.kernel(899.5, "n1", "mce: [Hardware Error]: Machine check events logged")
+    cap.kernel(899.6, "n1", "mce: Uncorrected hardware memory error in user-access at 3a8b2f000")
+    cap.crash(900, "pt", rank=2)
+    return cap, _node_fault()
+
+
+@scenario
+def crash_on_the_other_node_of_a_node_with_a_sel_late_and_duplicated() -> S:
+    """The SEL is on n2 (its agent alive), the crash of the rank on n2 arrives 20 s late and twice."""
+    cap = fleet("n1", "n2", "n3").bmc_polls(60).job("pt", ["n1", "n2"])
+    cap.sel(899, "n2", "board").crash(900, "pt", rank=12).late(20).dup(3)
+    exp = _node_fault("n2")
+    exp["must_not"] = [{"type": "quarantine_gpu"}, {"type": "cordon_node", "node": "n1"}, {"type": "reboot_node"}]
+    return cap, exp
+
+
+@scenario
+def an_old_sel_does_not_blame_a_later_crash() -> S:
+    """A CPU SEL an hour before a plain Python exception on that node: too far apart to be its cause."""
+    cap = fleet("n1", "n2", "n3", duration=6000).bmc_polls(60).job("pt", ["n1", "n2"])
+    cap.sel(600, "n1", "cpu").exception(4200, "pt", rank=3)
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "software_crash"}],
+        must=[restart("pt")],
+        must_not=NO_FENCE,
+    )
