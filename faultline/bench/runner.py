@@ -269,7 +269,7 @@ def agent_cpu_pct(seconds: float) -> dict[str, Any]:
 
     import yaml
 
-    recording = Path(__file__).resolve().parents[1] / "producers" / "node" / "recordings" / "nvml_8xh100.json"
+    recording = Path(__file__).resolve().parents[2] / "producers" / "node" / "recordings" / "nvml_8xh100.json"
     with tempfile.TemporaryDirectory() as d:
         cfg = Path(d) / "agent.yaml"
         cfg.write_text(yaml.safe_dump({"node": "bench-node", "state_dir": f"{d}/state", "sources": {
@@ -289,6 +289,8 @@ def agent_cpu_pct(seconds: float) -> dict[str, Any]:
             c0, t0 = cpu_s(), time.monotonic()
             time.sleep(seconds)
             c1, t1 = cpu_s(), time.monotonic()
+            if proc.poll() is not None:  # a dead agent costs nothing: that is no figure
+                raise RuntimeError(f"the agent exited ({proc.returncode}) while it was measured")
         finally:
             proc.terminate()
             proc.wait(30)
