@@ -61,6 +61,15 @@ class CollectiveReports:
             return sorted(t.behind)
         return []
 
+    def culprit_text(self, job: Job) -> str:
+        """``str(self.culprit_ranks(job))``: how an incident's summary names the ranks. While the missing
+        ranks are the culprits the tally keeps this text as reports come (a report takes its rank out
+        of it), so a storm's thousands of reports do not each write out thousands of ranks again."""
+        t = self._tally_for(job)
+        if t.missing_rules():
+            return t.missing_text()
+        return str(self.culprit_ranks(job))
+
     def culprit(self, job: Job) -> tuple[str | None, list[int]]:
         """(node, gpu indices) of the culprit ranks; the node most of them sit on (of equals, the one
         holding the lowest of those ranks)."""
@@ -97,6 +106,7 @@ class _Tally:
         self.top = max(self.buckets, default=0)
         self.newest = max(last_enqueued.values(), default=None)
         self.behind = {r for r, v in last_enqueued.items() if self.newest is not None and v < self.newest}
+        self._missing_text: str | None = None  # str(sorted(missing)), once asked for; then kept up to date
 
     def counts(self, place_of: dict[int, tuple[str, int]], reporting: set[int],
                last_enqueued: dict[int, int]) -> bool:
@@ -109,6 +119,8 @@ class _Tally:
         self.seen = (len(reporting), len(last_enqueued))
         if rank in self.missing:
             self.missing.discard(rank)
+            if self._missing_text is not None:
+                self._missing_text = _without(self._missing_text, rank)
             node = self.place_of[rank][0]
             ranks = self.by_node[node]
             ranks.remove(rank)
@@ -131,6 +143,11 @@ class _Tally:
     def behind_rules(self, last_enqueued: dict[int, int]) -> bool:
         return bool(self.behind and len(self.behind) <= max(1, len(last_enqueued) // 2))
 
+    def missing_text(self) -> str:
+        if self._missing_text is None:
+            self._missing_text = str(sorted(self.missing))
+        return self._missing_text
+
     def missing_culprit(self) -> tuple[str | None, list[int]]:
         while self.top > 0:
             heap = self.buckets.get(self.top)
@@ -142,6 +159,18 @@ class _Tally:
                 heapq.heappop(heap)  # stale: the node has fewer missing ranks now
             self.top -= 1
         return None, []
+
+
+def _without(text: str, rank: int) -> str:
+    """``text`` (a sorted list of distinct ranks as ``str`` writes it, ``rank`` among them) without ``rank``."""
+    tok = str(rank)
+    if text == f"[{tok}]":
+        return "[]"
+    if text.startswith(f"[{tok}, "):
+        return "[" + text[len(tok) + 3:]
+    if text.endswith(f", {tok}]"):
+        return text[:-(len(tok) + 3)] + "]"
+    return text.replace(f", {tok}, ", ", ", 1)
 
 
 def exit_category(kind: str) -> str | None:

@@ -67,7 +67,9 @@ def test_the_tally_answers_as_the_definition_does(nodes: int, per_node: int, shu
             want_ranks, want_culprit = _by_definition(r, job)
             assert r.culprit(job) == want_culprit
             assert r.culprit_ranks(job) == want_ranks
+            assert r.culprit_text(job) == str(want_ranks)
     assert (r.culprit_ranks(job), r.culprit(job)) == _by_definition(r, job)
+    assert r.culprit_text(job) == str(_by_definition(r, job)[0])
 
 
 def test_of_two_nodes_missing_as_many_ranks_the_one_holding_the_lowest_is_blamed() -> None:
@@ -86,4 +88,7 @@ def test_a_16384_rank_storm_names_the_one_rank_that_never_arrived() -> None:
         if rank != 12_345:
             r.add(rank, 900)
             r.culprit(job)
+            if rank > 9000:  # the summary's text is asked for too once the missing are the culprits
+                r.culprit_text(job)
     assert r.culprit(job) == (f"n{(1543 * 7919) % 101}", [1]) and r.culprit_ranks(job) == [12_345]
+    assert r.culprit_text(job) == "[12345]"
