@@ -139,10 +139,22 @@ class Settings(BaseSettings):
     snapshot_every_s: float = Field(
         300.0, description="Worker: ...or after this many seconds since the partition's last snapshot, whichever "
         "comes first (checked as records are judged).")
+    worker_fetch_wait_ms: int = Field(
+        50, ge=1, le=1500, description="Worker: the longest the broker holds one of the worker's fetches waiting for "
+        "data. Faust's own 1.5 s left a busy events partition waiting behind a fetch of the worker's empty internal "
+        "partitions (correlators/faust_consumer.py); shorter costs one more empty fetch per idle interval.")
     snapshot_key: SecretStr | None = Field(
         None, description="Worker: key that authenticates state snapshots (HMAC-SHA256); every worker of a "
         "namespace needs the same one. Required by workers that take snapshots unless FAULTLINE_DEV_MODE (unset, "
         "only the topic ACL keeps forged state out).")
+    replay_batch_events: int = Field(
+        500, ge=1, le=10_000, description="`faultline replay`: at most this many events per record of "
+        "the events topic (a batch envelope, streams/batch.py; 1: one event per record, the shape readers older "
+        "than batches take). Fewer, fuller records are what lets the correlator keep up (producers/batching.py).")
+    replay_batch_window_ms: float = Field(
+        1000.0, ge=0, description="`faultline replay`: a batch holds events within this much event time of its "
+        "first one (a node agent's tick), so a sparse capture's records stay small; batches are runs of consecutive "
+        "lines either way, so the capture's order is kept exactly.")
     local_kafka_port: int = Field(19092, description="Port of the local broker started when `kafka` is unset.")
     schema_registry: str | None = Field(
         None, description="A Confluent-compatible schema registry (http(s)://host:8081). Set: `faultline topics "

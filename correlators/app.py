@@ -13,6 +13,8 @@ table, the agent and the timers. What they do is in :mod:`correlators.worker`
   (:mod:`~correlators.worker.takeover`);
 * the publisher -- sign, count, send, await the broker, then ``emitted``
   (:mod:`~correlators.worker.publisher`);
+* the consumer -- Faust's, with a fetch wait short enough to keep up
+  (:mod:`correlators.faust_consumer`);
 * the snapshot taker (:mod:`~correlators.worker.snapshot_taker`), the live
   clock and gauges (:mod:`~correlators.worker.live`), and the delivery watch
   (:mod:`~correlators.worker.delivery_watch`).
@@ -67,11 +69,13 @@ from typing import Any
 import faust
 from faust.types import TP
 
+from common.heap import tune_for_streaming
 from common.kafka_admin import ensure_topic, grow_topic, topic_partitions, topic_replication
 from common.settings import Settings
 from correlators.broker_auth import faust_credentials
 from correlators.commit_limit import CommitLimit
 from correlators.consumer_acks import ConsumerAcks
+from correlators.faust_consumer import use_fetch_wait
 from correlators.worker.assembly import Worker
 from streams.topics import correlator_app_id, topic_name
 
@@ -123,6 +127,7 @@ def make_app(settings: Settings) -> faust.App:
         consumer_metadata_max_age_ms=10_000,
         datadir=str(settings.data_dir / "faust"),
     )
+    use_fetch_wait(app, settings.worker_fetch_wait_ms)  # Faust's own 1.5 s starves a busy partition
     events_topic = topic_name(ns, "events")
     conf = settings.kafka_config(bootstrap)
     partitions = _partitions_of(conf, events_topic, f"{app.conf.id}-emitted-changelog")
@@ -152,6 +157,10 @@ def make_app(settings: Settings) -> faust.App:
     app.on_partitions_assigned.connect(follow_assignment)  # type: ignore[arg-type]  # mode types receivers as *args
 
     @app.task
+    async def started() -> None:
+        tune_for_streaming()  # start-up is done: its heap is never garbage (common/heap.py)
+
+    @app.task
     async def serve_metrics() -> None:
         if settings.metrics_port:
             from prometheus_client import start_http_server
@@ -175,6 +184,7 @@ def make_app(settings: Settings) -> faust.App:
 
     @app.agent(events)
     async def correlate(stream: faust.StreamT) -> None:
+        # One record (an event, or a batch of them: streams/batch.py) handed over as bytes; nothing per event here.
         try:
             async for ev in stream.events():
                 await worker.judge.on_record(ev.message.partition, ev.message.offset, ev.message.key, ev.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import statistics
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -16,17 +17,36 @@ __all__ = ["CollectiveReports", "exit_category", "silence_category", "BmcView"]
 
 @dataclass
 class CollectiveReports:
-    """NCCL watchdog reports of one job's failure, by reporting rank."""
+    """NCCL watchdog reports of one job's failure, by reporting rank.
+
+    In a collective timeout every rank reports, within seconds: 16,384 of them for one job the size
+    of Llama 3's. Who is missing is asked after every report, so it is answered from a tally kept up
+    to date as reports come (:class:`_Tally`: the missing ranks by node, the ranks behind on enqueued
+    work), not by walking the job's ranks each time. The tally is derived, never serialised: a
+    restored engine, or a report against another allocation of the job, rebuilds it once.
+    """
 
     reporting: set[int] = field(default_factory=set)
     last_enqueued: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._tally: _Tally | None = None
 
     def add(self, rank: int | None, last_enqueued: int | None = None) -> None:
         if rank is None:
             return
         self.reporting.add(rank)
+        before = self.last_enqueued.get(rank)
         if last_enqueued is not None:
             self.last_enqueued[rank] = last_enqueued
+        if self._tally is not None:
+            self._tally.reported(rank, before, last_enqueued, self.reporting, self.last_enqueued)
+
+    def _tally_for(self, job: Job) -> _Tally:
+        t = self._tally
+        if t is None or not t.counts(job.place_of, self.reporting, self.last_enqueued):
+            t = self._tally = _Tally(job.place_of, self.reporting, self.last_enqueued)
+        return t
 
     def culprit_ranks(self, job: Job) -> list[int]:
         """The ranks that never arrived: missing from the reports, else behind on enqueued work.
@@ -34,24 +54,123 @@ class CollectiveReports:
         The rank that reports a timeout is rarely the culprit; the one that is
         silent (or whose last enqueued collective is behind the others') is.
         """
-        world = set(job.place_of)
-        missing = sorted(world - self.reporting)
-        if world and missing and len(missing) <= max(1, len(world) // 2):
-            return missing
-        if self.last_enqueued:
-            newest = max(self.last_enqueued.values())
-            behind = sorted(r for r, v in self.last_enqueued.items() if v < newest)
-            if behind and len(behind) <= max(1, len(self.last_enqueued) // 2):
-                return behind
+        t = self._tally_for(job)
+        if t.missing_rules():
+            return sorted(t.missing)
+        if t.behind_rules(self.last_enqueued):
+            return sorted(t.behind)
         return []
 
+    def culprit_text(self, job: Job) -> str:
+        """``str(self.culprit_ranks(job))``: how an incident's summary names the ranks. While the missing
+        ranks are the culprits the tally keeps this text as reports come (a report takes its rank out
+        of it), so a storm's thousands of reports do not each write out thousands of ranks again."""
+        t = self._tally_for(job)
+        if t.missing_rules():
+            return t.missing_text()
+        return str(self.culprit_ranks(job))
+
     def culprit(self, job: Job) -> tuple[str | None, list[int]]:
-        """(node, gpu indices) of the culprit ranks; the node most of them sit on."""
+        """(node, gpu indices) of the culprit ranks; the node most of them sit on (of equals, the one
+        holding the lowest of those ranks)."""
+        t = self._tally_for(job)
+        if t.missing_rules():
+            return t.missing_culprit()
         places = [job.place_of[r] for r in self.culprit_ranks(job) if r in job.place_of]
         if not places:
             return None, []
         node = Counter(n for n, _ in places).most_common(1)[0][0]
         return node, sorted(g for n, g in places if n == node)
+
+
+class _Tally:
+    """Who has not reported, by node, and who is behind, for one allocation of a job (derived state).
+
+    Reports only ever remove ranks from the missing: a node's count of missing ranks only falls, so
+    the node most of them sit on is kept in buckets by count, each a heap by the node's lowest
+    missing rank (entries gone stale are dropped when met).
+    """
+
+    def __init__(self, place_of: dict[int, tuple[str, int]], reporting: set[int],
+                 last_enqueued: dict[int, int]) -> None:
+        self.place_of = place_of
+        self.world = len(place_of)
+        self.missing = set(place_of).difference(reporting)
+        self.seen = (len(reporting), len(last_enqueued))
+        self.by_node: dict[str, list[int]] = {}
+        for rank in sorted(self.missing):
+            self.by_node.setdefault(place_of[rank][0], []).append(rank)
+        self.buckets: dict[int, list[tuple[int, str]]] = {}
+        for node, ranks in self.by_node.items():
+            heapq.heappush(self.buckets.setdefault(len(ranks), []), (ranks[0], node))
+        self.top = max(self.buckets, default=0)
+        self.newest = max(last_enqueued.values(), default=None)
+        self.behind = {r for r, v in last_enqueued.items() if self.newest is not None and v < self.newest}
+        self._missing_text: str | None = None  # str(sorted(missing)), once asked for; then kept up to date
+
+    def counts(self, place_of: dict[int, tuple[str, int]], reporting: set[int],
+               last_enqueued: dict[int, int]) -> bool:
+        """Still a tally of these reports against this allocation (nothing changed behind its back)."""
+        return place_of is self.place_of and self.seen == (len(reporting), len(last_enqueued))
+
+    def reported(self, rank: int, before: int | None, enqueued: int | None, reporting: set[int],
+                 last_enqueued: dict[int, int]) -> None:
+        """``rank`` reported (``enqueued``: its last enqueued work, if it said; ``before``: what it said last)."""
+        self.seen = (len(reporting), len(last_enqueued))
+        if rank in self.missing:
+            self.missing.discard(rank)
+            if self._missing_text is not None:
+                self._missing_text = _without(self._missing_text, rank)
+            node = self.place_of[rank][0]
+            ranks = self.by_node[node]
+            ranks.remove(rank)
+            if ranks:
+                heapq.heappush(self.buckets.setdefault(len(ranks), []), (ranks[0], node))
+        if enqueued is not None and enqueued != before:
+            if self.newest is None or enqueued > self.newest or before == self.newest:
+                # a new newest, or the rank that said the newest now says less (rare): count again
+                self.newest = max(last_enqueued.values())
+                self.behind = {r for r, v in last_enqueued.items() if v < self.newest}
+            elif enqueued < self.newest:
+                self.behind.add(rank)
+            else:
+                self.behind.discard(rank)
+
+    def missing_rules(self) -> bool:
+        """Whether the missing ranks are the culprits (some missing, at most half the job)."""
+        return bool(self.world and self.missing and len(self.missing) <= max(1, self.world // 2))
+
+    def behind_rules(self, last_enqueued: dict[int, int]) -> bool:
+        return bool(self.behind and len(self.behind) <= max(1, len(last_enqueued) // 2))
+
+    def missing_text(self) -> str:
+        if self._missing_text is None:
+            self._missing_text = str(sorted(self.missing))
+        return self._missing_text
+
+    def missing_culprit(self) -> tuple[str | None, list[int]]:
+        while self.top > 0:
+            heap = self.buckets.get(self.top)
+            while heap:
+                low, node = heap[0]
+                ranks = self.by_node.get(node)
+                if ranks and len(ranks) == self.top and ranks[0] == low:
+                    return node, sorted(self.place_of[r][1] for r in ranks)
+                heapq.heappop(heap)  # stale: the node has fewer missing ranks now
+            self.top -= 1
+        return None, []
+
+
+def _without(text: str, rank: int) -> str:
+    """``text`` (a sorted list of distinct ranks as ``str`` writes it, ``rank`` among them) without ``rank``."""
+    tok = str(rank)
+    if text == f"[{tok}]":
+        return "[]"
+    if text.startswith(f"[{tok}, "):
+        return "[" + text[len(tok) + 3:]
+    if text.endswith(f", {tok}]"):
+        return text[:-(len(tok) + 3)] + "]"
+    return text.replace(f", {tok}, ", ", ", 1)
 
 
 def exit_category(kind: str) -> str | None:

@@ -29,20 +29,26 @@ nothing unpublished is skipped because this worker did not see it arrive.
 A revoked partition's state is dropped (:meth:`WorkerState.keep_only`), so
 memory follows the assignment; the position check above would catch a stale
 state on its own, the drop makes it cheap.
+
+A record may hold several events (a batch, :mod:`streams.batch`): it is still one
+offset. Its events are judged in order by the record's cell's engine, their
+decisions together are what the record led to, and the position moves past the
+record only once all of them are in.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from correlators.engine import Correlator
 from correlators.state import Decision
+from streams.batch import decode_record
 from streams.cells import cell_of_key
 from streams.events import EndOfCapture, Event
 
-__all__ = ["Folded", "Judged", "PartitionState", "Step", "WorkerState", "fold"]
+__all__ = ["Folded", "Judged", "PartitionState", "Step", "WorkerState", "decode_events", "fold"]
 
 
 class Step(enum.Enum):
@@ -101,13 +107,21 @@ class PartitionState:
         """A fresh engine as this partition makes them (held nowhere: a template for a restore)."""
         return self._new_engine()
 
-    def judge(self, offset: int, key: bytes | None, event: Event) -> Judged:
-        """Fold in the record at ``offset`` (past :attr:`position`); what it led to."""
+    def judge(self, offset: int, key: bytes | None, events: Event | Sequence[Event]) -> Judged:
+        """Fold in the record at ``offset`` (past :attr:`position`): its event, or its events in order
+        (a batch; none: every one was bad); what they led to together."""
         self._check_past(offset)
         cell = self.cell_of(key)
-        decisions = self.engine(cell).process(event)
+        if isinstance(events, Event):
+            events = (events,)
+        engine = self.engine(cell)
+        decisions: list[Decision] = []
+        end = False
+        for event in events:
+            decisions += engine.process(event)
+            end = end or isinstance(event.body, EndOfCapture)
         self.position = offset
-        return Judged(offset, cell, decisions, isinstance(event.body, EndOfCapture))
+        return Judged(offset, cell, decisions, end)
 
     def skip(self, offset: int) -> None:
         """Move past a record that holds no usable event (it went to the dead letters)."""
@@ -177,29 +191,36 @@ class WorkerState:
             yield from st.engines.values()
 
 
+def decode_events(value: bytes) -> list[Event]:
+    """The usable events of one record (:func:`streams.batch.decode_record`), the bad ones left out."""
+    return decode_record(value).events
+
+
 def fold(state: PartitionState, records: Iterable[tuple[int, bytes | None, bytes | None]], upto: int,
-         decode: Callable[[bytes], Event], after: int, into: Folded | None = None) -> Folded:
+         decode: Callable[[bytes], Event | Sequence[Event]] = decode_events, after: int = -1,
+         into: Folded | None = None) -> Folded:
     """Judge ``(offset, key, value)`` records past the position and below ``upto`` into ``state``.
 
-    Records at or before the position are ignored; undecodable ones are skipped (they went to
-    the dead letters when first judged). The outcomes of records past ``after`` that say
-    anything are collected for publishing, in order. Call it once per batch read (passing the
-    same ``into``); once the log is read up to ``upto``, :meth:`PartitionState.fast_forward`
-    to it (the last records may be gone, or be gaps).
+    Records at or before the position are ignored; undecodable ones (and the bad events of a
+    batch) are skipped: they went to the dead letters when first judged. The outcomes of records
+    past ``after`` that say anything are collected for publishing, in order. Call it once per
+    batch read (passing the same ``into``); once the log is read up to ``upto``,
+    :meth:`PartitionState.fast_forward` to it (the last records may be gone, or be gaps).
     """
     out = into if into is not None else Folded()
     for offset, key, value in records:
         if offset >= upto or offset <= state.position:
             continue
         try:
-            event = decode(value) if value is not None else None
+            decoded = decode(value) if value is not None else None
         except ValueError:
-            event = None
-        if event is None:
+            decoded = None
+        events = (decoded,) if isinstance(decoded, Event) else decoded
+        if not events:
             state.skip(offset)
             continue
-        judged = state.judge(offset, key, event)
-        out.events += 1
+        judged = state.judge(offset, key, events)
+        out.events += len(events)
         if offset > after and judged.says_anything:
             out.unpublished.append(judged)
     return out

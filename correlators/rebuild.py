@@ -13,8 +13,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING
 
 from common.kafka_reader import KafkaConsumerLike, TopicReader
-from correlators.partitions import Folded, PartitionState, fold
-from streams.events import Event
+from correlators.partitions import Folded, PartitionState, decode_events, fold
 
 __all__ = ["rebuild"]
 
@@ -42,6 +41,6 @@ def rebuild(state: PartitionState, conf: dict[str, Any], topic: str, group: str,
             reader.assign({part: start if state.position >= 0 else OFFSET_BEGINNING})
             for batch in reader.batches({part: upto}):
                 fold(state, ((msg.offset() or 0, msg.key(), msg.value()) for msg in batch), upto,
-                     Event.model_validate_json, after, folded)
+                     decode_events, after, folded)
         state.fast_forward(upto)
         return folded, committed

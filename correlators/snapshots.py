@@ -285,20 +285,21 @@ def check_retained(position: int, log_start: int) -> None:
 
 @dataclass
 class SnapshotSchedule:
-    """When each partition's next snapshot is due: every ``every_events`` judged records or ``every_s``
+    """When each partition's next snapshot is due: every ``every_events`` judged events or ``every_s``
     seconds (monotonic), whichever comes first, counted from the partition's last snapshot or from its
-    first record here. ``every_events`` <= 0: never."""
+    first record here (a batch record counts its events: the bound is on what a takeover replays).
+    ``every_events`` <= 0: never."""
 
     every_events: int
     every_s: float
     _since: dict[int, tuple[int, float]] = field(default_factory=dict)
 
-    def due(self, partition: int, now: float) -> bool:
-        """Count one judged record of ``partition``; whether a snapshot is due after it."""
+    def due(self, partition: int, now: float, events: int = 1) -> bool:
+        """Count one judged record of ``partition`` (holding ``events``); whether a snapshot is due after it."""
         if self.every_events <= 0:
             return False
         count, since = self._since.get(partition, (0, now))
-        count += 1
+        count += events
         self._since[partition] = (count, since)
         return count >= self.every_events or now - since >= self.every_s
 

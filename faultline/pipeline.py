@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from common import metrics
+from common.heap import streaming_gc
 from common.kafka_admin import (
     create_namespace_topics,
     delete_namespace_topics,
@@ -30,6 +32,7 @@ from common.kafka_reader import read_topic
 from common.settings import Settings
 from faultline.outcome import collate
 from producers import metrics as producer_metrics
+from producers.batching import Batching
 from producers.capture.reader import OversizedLine, read_capture_lines
 from producers.capture.screen import CaptureScreen, Refused
 from producers.delivery import EventPublisher
@@ -37,7 +40,7 @@ from streams.decisions import Command, Incident, StreamEnd
 from streams.events import EndOfCapture, Event
 from streams.topics import topic_name
 
-__all__ = ["Run", "CorrelatorWorker", "replay"]
+__all__ = ["Run", "CorrelatorWorker", "replay", "replay_batching"]
 
 log = logging.getLogger("faultline.pipeline")
 
@@ -83,6 +86,11 @@ class CorrelatorWorker:
         """Faust logs an agent's crash and keeps the process up; we treat it as fatal."""
         return "Crashed reason=" in self.log_text()
 
+    def terminate(self) -> None:
+        """Ask the worker to shut down (SIGTERM) without waiting; :meth:`stop` then waits."""
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGTERM)
+
     def stop(self, timeout: float = 10.0) -> None:
         if self.alive():
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -112,6 +120,13 @@ class Run:
         return collate(self.incidents, self.commands)
 
 
+def replay_batching(settings: Settings) -> Batching | None:
+    """How a replay packs its events into records (``FAULTLINE_REPLAY_BATCH_*``; None: one per record)."""
+    if settings.replay_batch_events <= 1:
+        return None
+    return Batching(max_events=settings.replay_batch_events, window_s=settings.replay_batch_window_ms / 1000)
+
+
 def publish_capture(pub: EventPublisher, lines: Iterable[bytes | OversizedLine],
                     on_line: Callable[[int], None] | None = None) -> tuple[int, int, int, datetime | None]:
     """Screen and publish every line (:mod:`producers.capture.screen`): a good line's events go to
@@ -136,6 +151,50 @@ def publish_capture(pub: EventPublisher, lines: Iterable[bytes | OversizedLine],
         if on_line:
             on_line(n)
     return n, events, bad, last
+
+
+class _ReplayArchive:
+    """A replay's archive: one store and one sink, draining on a thread while the worker judges.
+
+    The events are all on their topic once published: they are archived while the worker (its own
+    process) finishes judging; :meth:`finish` then waits for that and archives the decisions.
+    """
+
+    def __init__(self, settings: Settings, conf: dict[str, Any], namespace: str, archive_namespace: str | None
+                 ) -> None:
+        from sinks.archive.store import Archive
+        from sinks.archive_sink import ArchiveSink
+
+        self._store = Archive.open(settings.archive_url, archive_namespace or namespace, live=settings.namespace)
+        try:
+            self._sink = ArchiveSink(self._store, conf["bootstrap.servers"], namespace, consumer_config=conf)
+        except BaseException:
+            self._store.close()
+            raise
+        self._rows: list[int] = []
+        self._error: list[BaseException] = []
+        self._thread = threading.Thread(target=self._drain_early, daemon=True, name="replay-archive")
+        self._thread.start()
+
+    def _drain_early(self) -> None:
+        try:
+            self._rows.append(self._sink.drain(timeout_s=120))
+        except BaseException as exc:  # raised in finish()
+            self._error.append(exc)
+
+    def finish(self) -> int:
+        """Every row of the namespace archived (the early drain's and the rest); how many."""
+        self._thread.join()
+        if self._error:
+            raise self._error[0]
+        return self._rows[0] + self._sink.drain(timeout_s=120)
+
+    def close(self) -> None:
+        self._thread.join()  # it reads the topics: done before they go
+        try:
+            self._sink.close()
+        finally:
+            self._store.close()
 
 
 def end_marker(lines: int, last: datetime | None) -> Event:
@@ -189,23 +248,33 @@ def replay(capture: Path, settings: Settings, keep_topics: bool = False,
     """
     from faultline.preflight import preflight
 
-    bootstrap = preflight(settings)
+    with streaming_gc():  # parsing and archiving are bursts of short-lived models (common/heap.py)
+        return _replay(capture, settings, keep_topics, on_line, archive_namespace, preflight(settings))
+
+
+def _replay(capture: Path, settings: Settings, keep_topics: bool, on_line: Callable[[int], None] | None,
+            archive_namespace: str | None, bootstrap: str) -> Run:
     conf = settings.kafka_config(bootstrap)
     run = Run(namespace=f"{settings.namespace}.replay-{uuid.uuid4().hex[:10]}")
     create_namespace_topics(conf, run.namespace, partitions=1)  # one partition: decisions keep their order
     worker = CorrelatorWorker(settings, bootstrap, run.namespace)
+    archived: _ReplayArchive | None = None
     try:
-        pub = EventPublisher(conf, run.namespace, settings.cell)
+        pub = EventPublisher(conf, run.namespace, settings.cell, replay_batching(settings))
         with capture.open("rb") as f:
             run.lines, run.events, run.bad, last = publish_capture(pub, read_capture_lines(f), on_line)
         pub.publish([end_marker(run.lines, last)])
         pub.flush()
+        archived = _ReplayArchive(settings, conf, run.namespace, archive_namespace)  # while the worker judges
         wait_for_end(conf, run.namespace, worker, timeout=120 + run.lines / 500)
+        worker.terminate()  # it is done: let it shut down while the decisions are read
         run.incidents, run.commands = collect(conf, run.namespace)
-        run.archived_rows = archive(settings, conf, run.namespace, archive_namespace)
+        run.archived_rows = archived.finish()
         run.archive_namespace = archive_namespace or run.namespace
     finally:
         worker.stop()
+        if archived is not None:
+            archived.close()
         if not keep_topics:
             delete_namespace_topics(conf, run.namespace)
     return run

@@ -1,4 +1,8 @@
-"""Delivery to Kafka: a confluent-kafka idempotent producer, keyed as the topics declare."""
+"""Delivery to Kafka: a confluent-kafka idempotent producer, keyed as the topics declare.
+
+With a :class:`~producers.batching.Batching`, events go several to a record (:mod:`producers.batching`;
+``flush`` sends the batch under way first); without one, one event per record.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from common.kafka_logging import with_logger
+from producers.batching import Batcher, Batching
 from streams.cells import DEFAULT_CELL, cell_key
 from streams.decisions import DeadLetter
 from streams.events import Event
@@ -31,7 +36,8 @@ def event_key(cell: str) -> bytes:
 class EventPublisher:
     """Publishes one cell's canonical events and dead letters; ``flush`` checks every delivery report."""
 
-    def __init__(self, kafka_conf: dict[str, Any], namespace: str, cell: str = DEFAULT_CELL) -> None:
+    def __init__(self, kafka_conf: dict[str, Any], namespace: str, cell: str = DEFAULT_CELL,
+                 batching: Batching | None = None) -> None:
         conf = {
             **kafka_conf,
             "enable.idempotence": True,
@@ -44,8 +50,9 @@ class EventPublisher:
         self._events = topic_name(namespace, "events")
         self._dead = topic_name(namespace, "deadletters")
         self._key = event_key(cell)
+        self._batcher = Batcher(batching) if batching is not None else None
         self.failed: list[str] = []
-        self.sent = 0
+        self.sent = 0  # records delivered
 
     def _report(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -62,14 +69,28 @@ class EventPublisher:
                 self._p.poll(0.1)  # local queue full: let deliveries drain, then retry
 
     def publish(self, events: Iterable[Event]) -> None:
-        for e in events:
-            self._produce(self._events, self._key, e.model_dump_json().encode())
+        """Hand ``events`` over in order (batched: the records they filled; the rest waits for ``flush``)."""
+        if self._batcher is None:
+            for e in events:
+                self._produce(self._events, self._key, e.model_dump_json().encode())
+        else:
+            for e in events:
+                for packed in self._batcher.add(e):
+                    self._produce(self._events, self._key, packed.value)
         self._p.poll(0)
+
+    def send_batch(self) -> None:
+        """Hand the batch under way to the producer now (a live sender's linger is up)."""
+        if self._batcher is not None:
+            for packed in self._batcher.flush():
+                self._produce(self._events, self._key, packed.value)
 
     def dead_letter(self, dl: DeadLetter) -> None:
         self._produce(self._dead, dl.stage.encode(), dl.model_dump_json().encode())
 
     def flush(self, timeout: float = 30.0) -> None:
+        """Send the batch under way, then wait for every delivery report; raise if any failed."""
+        self.send_batch()
         left = self._p.flush(timeout)
         if left or self.failed:
             raise DeliveryFailed(f"{left} undelivered, failures: {self.failed[:5]}")

@@ -40,8 +40,10 @@ from pydantic import BaseModel
 
 from common import metrics as stage_metrics
 from common.deadletters import dead_letter
+from common.heap import streaming_gc
 from sinks.archive.store import Archive
 from sinks.archive_errors import write_isolating
+from streams.batch import decode_record
 from streams.decisions import DeadLetter
 from streams.topics import TOPICS, topic_name
 
@@ -90,13 +92,14 @@ class _Batch:
     size: int = 0
     opened: float = 0.0
 
-    def add(self, suffix: str | None, record: BaseModel | None, msg: Message) -> None:
+    def add(self, decoded: list[tuple[str, BaseModel]], msg: Message) -> None:
+        """One consumed record: what it decoded to, (topic suffix, row model) each (none: a tombstone)."""
         if self.size == 0:
             self.opened = time.monotonic()
-        if suffix is not None and record is not None:
+        for suffix, record in decoded:
             self.records[suffix].append(record)
         self.offsets[(str(msg.topic()), int(msg.partition() or 0))] = int(msg.offset() or 0) + 1
-        self.size += 1
+        self.size += max(1, len(decoded))
 
     def due(self, max_batch: int, max_wait_s: float) -> bool:
         return self.size >= max_batch or (self.size > 0 and time.monotonic() - self.opened >= max_wait_s)
@@ -130,6 +133,7 @@ class ArchiveSink:
         self._consumer.subscribe(list(self.topics))
         self._closed = False
         self._next_lag = 0.0  # when run() next refreshes the consumer-lag gauge
+        self._early: list[Message] = []  # consumed by join(), archived by the next poll
 
     def close(self) -> None:
         """Leave the consumer group (the archive stays open); idempotent."""
@@ -158,14 +162,15 @@ class ArchiveSink:
             return stop.wait(delay)
 
         batch = _Batch()
-        while not stop.is_set():
-            self._poll(batch, max_batch, max_wait_s)
-            if batch.due(max_batch, max_wait_s):
+        with streaming_gc():  # a batch's records all live until it is written (common/heap.py)
+            while not stop.is_set():
+                self._poll(batch, max_batch, max_wait_s)
+                if batch.due(max_batch, max_wait_s):
+                    self._flush(batch, back_off)
+                    batch = _Batch()
+                self._report_lag_now_and_then()
+            if batch.size:
                 self._flush(batch, back_off)
-                batch = _Batch()
-            self._report_lag_now_and_then()
-        if batch.size:
-            self._flush(batch, back_off)
 
     def _report_lag_now_and_then(self) -> None:
         """:meth:`_report_lag`, at most every few seconds."""
@@ -201,10 +206,15 @@ class ArchiveSink:
             time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
             return time.monotonic() >= deadline
 
+        with streaming_gc():  # a batch's records all live until it is written (common/heap.py)
+            return self._drain(pending, deadline, timeout_s, wait_or_give_up)
+
+    def _drain(self, pending: dict[tuple[str, int], int], deadline: float, timeout_s: float,
+               wait_or_give_up: Callable[[float], bool]) -> int:
         written = 0
         batch = _Batch()
         while True:
-            if batch.size == 0:
+            if batch.size == 0 and not self._early:
                 self._forget_reached(pending)
                 if not pending:
                     return written
@@ -245,14 +255,24 @@ class ArchiveSink:
 
     # --- steps ------------------------------------------------------------------------------
 
+    def join(self, timeout_s: float = 30.0) -> bool:
+        """Join the consumer group now (else the first poll of a drain or run waits for it); whether it got
+        partitions within ``timeout_s``. Anything consumed meanwhile is archived by the next poll."""
+        deadline = time.monotonic() + timeout_s
+        while not self._consumer.assignment() and time.monotonic() < deadline:
+            self._early += self._consumer.consume(num_messages=1000, timeout=0.1)
+        return bool(self._consumer.assignment())
+
     def _poll(self, batch: _Batch, max_batch: int, max_wait_s: float) -> None:
         """Add what arrives within the batch's remaining time (or ``max_wait_s``) to it."""
         wait = max_wait_s if batch.size == 0 else batch.opened + max_wait_s - time.monotonic()
-        for msg in self._consumer.consume(num_messages=max(1, max_batch - batch.size), timeout=max(0.0, wait)):
+        early, self._early = self._early, []
+        for msg in early or self._consumer.consume(num_messages=max(1, max_batch - batch.size),
+                                                   timeout=max(0.0, wait)):
             err = msg.error()
             if err is None:
                 stage_metrics.RECORDS_IN.labels("sink", str(msg.topic())).inc()
-                batch.add(*self._decode(msg), msg)
+                batch.add(self._decode(msg), msg)
             elif err.fatal():
                 raise KafkaException(err)
             elif err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
@@ -260,23 +280,33 @@ class ArchiveSink:
             else:
                 log.warning("archive sink: consumer error: %s", err)
 
-    def _decode(self, msg: Message) -> tuple[str | None, BaseModel | None]:
-        """The record as its topic's model, or as a dead letter saying why it is not."""
+    def _decode(self, msg: Message) -> list[tuple[str, BaseModel]]:
+        """The record as its topic's model(s) -- an events record may be a batch -- and a dead letter
+        for each thing in it that is not one, saying why."""
         topic = str(msg.topic())
         suffix = self.topics[topic]
         value = msg.value()
         if value is None and TOPICS[suffix].cleanup == "compact":
-            return None, None  # a tombstone: nothing to archive
+            return []  # a tombstone: nothing to archive
+        if suffix == "events" and value is not None:
+            decoded = decode_record(value)
+            if decoded.batch or decoded.events:  # else one bad event: said as any bad record is, below
+                rows: list[tuple[str, BaseModel]] = [("events", e) for e in decoded.events]
+                return rows + [("deadletters", self._dead_letter(msg, bad.reason, bad.raw)) for bad in decoded.bad]
         try:
             if value is None:
                 raise ValueError("record has no value")
-            return suffix, TOPICS[suffix].model.model_validate_json(value)
+            return [(suffix, TOPICS[suffix].model.model_validate_json(value))]
         except ValueError as exc:
-            DEAD_LETTERS.inc()
-            stage_metrics.DEAD_LETTERS.labels("sink").inc()
-            kind, ms = msg.timestamp()
-            at = datetime.fromtimestamp(ms / 1000, UTC) if kind != TIMESTAMP_NOT_AVAILABLE else datetime.now(UTC)
-            return "deadletters", dead_letter(f"archive-sink:{topic}", f"{type(exc).__name__}: {exc}", value, at)
+            return [("deadletters", self._dead_letter(msg, f"{type(exc).__name__}: {exc}", value))]
+
+    @staticmethod
+    def _dead_letter(msg: Message, reason: str, raw: bytes | None) -> DeadLetter:
+        DEAD_LETTERS.inc()
+        stage_metrics.DEAD_LETTERS.labels("sink").inc()
+        kind, ms = msg.timestamp()
+        at = datetime.fromtimestamp(ms / 1000, UTC) if kind != TIMESTAMP_NOT_AVAILABLE else datetime.now(UTC)
+        return dead_letter(f"archive-sink:{msg.topic()}", reason, raw, at)
 
     def _flush(self, batch: _Batch, wait: Callable[[float], bool]) -> int | None:
         """Write the batch (retrying), then commit its offsets; None if ``wait`` gave up."""

@@ -211,7 +211,8 @@ class StreamEnd(_Model):
 
     schema_version: int = 1
     end_of_stream: Literal[True] = True
-    events: int = 0
+    events: int = 0  # records of the partition up to and including the marker (an event each, or a batch)
     seconds: float | None = None  # wall time the correlator spent on them
+    cpu_seconds: float | None = None  # the worker process's CPU time over the same span (all its threads)
     cell: str | None = None  # the cell whose end-of-capture marker this answers (one marker per cell)
     partition: int | None = None  # the events partition it came from; ``events`` counts that partition

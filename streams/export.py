@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from streams.batch import record_schema
 from streams.topics import TOPICS
 
 __all__ = ["JSON_SCHEMA_DIALECT", "export_schemas", "schema_id", "topic_schema"]
@@ -33,10 +34,11 @@ def schema_id(suffix: str) -> str:
 def topic_schema(suffix: str) -> dict[str, Any]:
     """The JSON Schema of one declared topic's records, with ``$schema``, ``$id`` and the topic's plan."""
     spec = TOPICS[suffix]
-    schema = spec.model.model_json_schema()
+    schema = spec.model.model_json_schema() if spec.batch is None else record_schema(spec.model, spec.batch)
     schema = {"$schema": JSON_SCHEMA_DIALECT, "$id": schema_id(suffix), **schema}
     schema["x-faultline-topic"] = {"suffix": suffix, "key": spec.key, "partitions": spec.partitions,
-                                   "cleanup": spec.cleanup, "retention_ms": spec.retention_ms}
+                                   "cleanup": spec.cleanup, "retention_ms": spec.retention_ms,
+                                   "batch": spec.batch.__name__ if spec.batch is not None else None}
     return schema
 
 

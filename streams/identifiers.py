@@ -24,6 +24,12 @@ command line is built).
 None of them admits whitespace, control characters, brackets, commas, quotes,
 ``=``, ``;`` or ``$``. The check functions raise ``ValueError`` with a reason a
 person can act on; the ``Annotated`` types apply them inside pydantic models.
+
+Every event names a node (most a GPU too), and a fleet has few of them, each named
+again and again: a name once found valid is remembered (:class:`_Accepted`, at
+most a few tens of thousands per kind), so decoding a routine sample costs a set
+lookup instead of the grammar. Only valid names are remembered; a bad one is
+judged afresh every time.
 """
 
 from __future__ import annotations
@@ -90,24 +96,52 @@ def why_not_job(value: object) -> str | None:
     return _why_not("job", value, JOB_ID, MAX_JOB_ID, "letters, digits, '.', '_', '-', ':', '@', '+', '/'")
 
 
+class _Accepted:
+    """Values a check accepted before, bounded: forgotten all at once when full (then learnt again)."""
+
+    def __init__(self, limit: int = 50_000) -> None:
+        self._seen: set[str] = set()
+        self._limit = limit
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._seen
+
+    def add(self, value: str) -> None:
+        if len(self._seen) >= self._limit:
+            self._seen.clear()
+        self._seen.add(value)
+
+
+_NODES, _GPUS, _JOBS = _Accepted(), _Accepted(), _Accepted()
+
+
 def check_node(value: str) -> str:
     """``value`` if it is a valid node name, else ValueError saying why."""
+    if value in _NODES:
+        return value
     if (why := why_not_node(value)) is not None:
         raise ValueError(why)
+    _NODES.add(value)
     return value
 
 
 def check_gpu(value: str) -> str:
     """``value`` if it is a valid GPU id, else ValueError saying why."""
+    if value in _GPUS:
+        return value
     if (why := why_not_gpu(value)) is not None:
         raise ValueError(why)
+    _GPUS.add(value)
     return value
 
 
 def check_job(value: str) -> str:
     """``value`` if it is a valid job id or name, else ValueError saying why."""
+    if value in _JOBS:
+        return value
     if (why := why_not_job(value)) is not None:
         raise ValueError(why)
+    _JOBS.add(value)
     return value
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from streams.batch import EventBatch
 from streams.decisions import Approval, Command, CommandResult, DeadLetter, Incident, StreamEnd
 from streams.events import Event
 
@@ -25,6 +26,8 @@ class TopicSpec:
     cleanup: str  # "delete" or "compact"
     retention_ms: int | None
     doc: str
+    # Records may also be this envelope of several ``model`` records (streams/batch.py); readers take both.
+    batch: type[BaseModel] | None = None
 
 
 _DAY = 86_400_000
@@ -36,7 +39,8 @@ TOPICS: dict[str, TopicSpec] = {
         # power domains, a job's ranks), so a cell's events stay in one partition, in order, whatever
         # the partition count. More partitions spread more cells over more correlator workers.
         TopicSpec("events", "cell ('cell:<name>', streams/cells.py)", Event, 1, "delete", 7 * _DAY,
-                  "Canonical events from every producer."),
+                  "Canonical events from every producer: one per record, or a batch of one producer's "
+                  "events in one record (streams/batch.py).", batch=EventBatch),
         TopicSpec("incidents", "incident id", Incident, 6, "compact", None,
                   "Every version of every incident; compaction keeps the latest."),
         TopicSpec("commands", "command id", Command, 1, "delete", 30 * _DAY,

@@ -95,8 +95,8 @@ class TrainingRules:
         if inc.category == "network_timeout":
             job = self.state.topology.jobs.get(e.job)
             node, gpus = inc.reports.culprit(job) if job else (None, [])
-            ranks = inc.reports.culprit_ranks(job) if job else []
-            summary = f"collective timeout; rank(s) {ranks} never arrived" if ranks else inc.summary
+            ranks = inc.reports.culprit_text(job) if job else "[]"  # str() of the culprit ranks, kept as reports come
+            summary = f"collective timeout; rank(s) {ranks} never arrived" if ranks != "[]" else inc.summary
             if (node, set(gpus)) != (inc.node, inc.gpus) or summary != inc.summary:
                 # recomputed whenever the reports change: a rank that reported is never said to be missing
                 inc.node, inc.gpus, inc.summary = node, set(gpus), summary

@@ -8,10 +8,13 @@ The order of things for one record (:meth:`RecordJudge.on_record`):
    (:class:`~correlators.worker.takeover.Takeover`), up to just before this record.
 3. Covered by a restored snapshot (its position is past this record): skipped, it was judged
    and its decisions published before.
-4. Counted in (``records_in``). A record that is not an event: the state moves past it, and it
-   goes to the dead letters with the reason (counted in ``dead_letters``); nothing else.
-5. Judged by its cell's engine and settled (:meth:`~correlators.worker.publisher.Publisher.settle`:
-   published, acknowledged, then ``emitted``).
+4. Counted in (``records_in``) and decoded (:func:`streams.batch.decode_record`: one event, or a
+   batch of them). Every event that cannot be used goes to the dead letters alone, with its
+   reason (counted in ``dead_letters``). A record with no usable event: the state moves past it;
+   nothing else.
+5. Its events are judged in order by its cell's engine and the record is settled
+   (:meth:`~correlators.worker.publisher.Publisher.settle`: published, acknowledged, then
+   ``emitted``) -- once per record, however many events it holds.
 6. A snapshot if one is due (:class:`~correlators.worker.snapshot_taker.SnapshotTaker`): here the
    record's decisions are acknowledged and the next record is not judged yet.
 
@@ -27,8 +30,6 @@ import logging
 import time
 from collections.abc import Collection
 
-from pydantic import ValidationError
-
 from common import metrics as m
 from common.deadletters import dead_letter
 from correlators.partitions import Step, WorkerState
@@ -36,7 +37,7 @@ from correlators.worker.ports import Clock
 from correlators.worker.publisher import Publisher
 from correlators.worker.snapshot_taker import SnapshotTaker
 from correlators.worker.takeover import Takeover
-from streams.events import Event
+from streams.batch import decode_record
 
 __all__ = ["RecordJudge"]
 
@@ -78,18 +79,19 @@ class RecordJudge:
         if offset <= state.position:  # 3.
             return
         self._in_count.inc()  # 4.
-        try:
-            event = Event.model_validate_json(value)
-        except ValidationError as exc:
+        decoded = decode_record(value)
+        if not decoded.events:
             state.skip(offset)
+        for bad in decoded.bad:
             m.DEAD_LETTERS.labels("correlator").inc()
-            dl = dead_letter("correlator", f"undecodable event: {exc.errors()[0]['msg']}", bytes(value))
+            dl = dead_letter("correlator", bad.reason, bad.raw)
             await self._publisher.send("deadletters", "correlator", dl.model_dump_json().encode())
+        if not decoded.events:
             return
         self._publisher.capture_started(part)
-        await self._publisher.settle(state, state.judge(offset, key, event))  # 5.
+        await self._publisher.settle(state, state.judge(offset, key, decoded.events))  # 5.
         if self._snapshots is not None:
-            self._snapshots.after_record(state)  # 6.
+            self._snapshots.after_record(state, len(decoded.events))  # 6.
 
     def on_assigned(self, partitions: Collection[int]) -> list[int]:
         """The consumer now holds ``partitions``: drop the state of every other one; the dropped ones."""

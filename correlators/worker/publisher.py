@@ -64,6 +64,7 @@ class Publisher:
         self._clock = clock
         self.on_acknowledged = on_acknowledged
         self._started: dict[int, float] = {}  # per partition: when the current capture's first event came
+        self._cpu_started: dict[int, float] = {}  # ...and the process's CPU time then
 
     def published_upto(self, partition: int) -> int:
         """The last offset of ``partition`` whose decisions are on their topics (-1: none)."""
@@ -97,7 +98,9 @@ class Publisher:
 
     def capture_started(self, partition: int) -> None:
         """An event of ``partition`` is about to be judged: its capture's timer starts (if not yet)."""
-        self._started.setdefault(partition, self._clock())
+        if partition not in self._started:
+            self._started[partition] = self._clock()
+            self._cpu_started[partition] = time.process_time()
 
     async def settle(self, state: PartitionState, judged: Judged) -> None:
         """Publish what a record led to unless it was published before; then record it (module docstring)."""
@@ -107,12 +110,16 @@ class Publisher:
         if judged.offset <= self.published_upto(part):
             if judged.end:
                 self._started.pop(part, None)
+                self._cpu_started.pop(part, None)
             return
         await self.publish_acknowledged(state.engine(judged.cell), judged.decisions)
         if judged.end:
             now = self._clock()
             seconds = now - self._started.pop(part, now)
-            end = StreamEnd(events=judged.offset + 1, seconds=seconds, cell=judged.cell, partition=part)
+            cpu = time.process_time()
+            cpu_seconds = cpu - self._cpu_started.pop(part, cpu)
+            end = StreamEnd(events=judged.offset + 1, seconds=seconds, cpu_seconds=round(cpu_seconds, 3),
+                            cell=judged.cell, partition=part)
             await (await self.send("control", self._namespace, end.model_dump_json().encode()))
             log.info("capture of cell %s judged: partition %d up to offset %d in %.2fs",
                      judged.cell, part, judged.offset, seconds)

@@ -2,8 +2,8 @@
 
 The order of things after each judged record (:meth:`SnapshotTaker.after_record`):
 
-1. The schedule counts the record (:class:`~correlators.snapshots.SnapshotSchedule`): is a
-   snapshot of this partition due (every N records or T seconds)?
+1. The schedule counts the record's events (:class:`~correlators.snapshots.SnapshotSchedule`): is
+   a snapshot of this partition due (every N events or T seconds)?
 2. Not while a live tick's decisions are unacknowledged (``ticks_in_flight``): a snapshot must
    never hold a decision that is not on its topic. The record's own decisions are acknowledged
    already (the agent settles a record before it comes here), and the next record is not judged
@@ -69,10 +69,11 @@ class SnapshotTaker:
     def writing(self, partition: int) -> bool:
         return partition in self._writing
 
-    def after_record(self, state: PartitionState) -> bool:
-        """Call after each judged record is settled; whether a snapshot was taken (module docstring)."""
+    def after_record(self, state: PartitionState, events: int = 1) -> bool:
+        """Call after each judged record (of ``events``) is settled; whether a snapshot was taken (module
+        docstring)."""
         part = state.partition
-        if not self._schedule.due(part, self._clock()) or self._ticks_in_flight():  # 1, 2
+        if not self._schedule.due(part, self._clock(), events) or self._ticks_in_flight():  # 1, 2
             return False
         if part in self._writing:  # 3
             return False

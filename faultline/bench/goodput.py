@@ -1,4 +1,4 @@
-"""Goodput model: GPU-hours lost to interruptions, torchrun-style restarts vs faultline's decisions.
+"""Goodput model: GPU-hours lost to interruptions, torchrun-style restarts vs faultline's own decisions.
 
 A Monte Carlo replay of the Llama 3 run's interruption record (16,384 GPUs,
 54 days, 419 unexpected interruptions; "The Llama 3 Herd of Models", table 5)
@@ -13,18 +13,28 @@ again. What differs between the policies is that time:
   once for crashes, then an in-place restart chain; if the hardware stays
   broken, the restart fails again the same way, up to ``max_restarts``, and a
   person finally removes the bad node by hand.
-* faultline: the fault is detected from its first signal (XID, exit, BMC), the
-  hardware is fenced, and one restart runs on healthy resources after the
-  settle window; software faults are retried once, then wait for a person.
+* faultline: when the failure is known, whether its hardware is fenced, when the
+  restart is issued and whether it waits for a person's approval are *measured*:
+  :mod:`faultline.bench.interruptions` generates each cause's signals for a
+  running job and runs the real engine over them (twice per cause: the engine
+  restarts a cause it cannot blame on hardware on its own once per job, then asks
+  a person). Then the scheduler's relaunch and the checkpoint reload, as for the
+  baseline; a cause no restart answers waits for a person.
+
+Effective training time ratio (ETTR) is the share of the run's wall time spent
+training: the run minus what interruptions lose minus the time checkpoints
+block training (``checkpoint_save_s`` each), over the run.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-__all__ = ["Cause", "LLAMA3_TAXONOMY", "Assumptions", "simulate", "compare"]
+from faultline.bench.interruptions import CauseTiming, Timing, as_json, measure_all
+
+__all__ = ["Cause", "LLAMA3_TAXONOMY", "Assumptions", "simulate", "compare", "ettr"]
 
 
 @dataclass(frozen=True)
@@ -69,13 +79,13 @@ class Assumptions:
     max_restarts: int = 3
     human_fix_s: tuple[float, float] = (1800, 5400)  # a person removes a bad node by hand (page to fix)
     job_reload_s: float = 300            # load the checkpoint and warm up, either way
-    faultline_detect_s: float = 1.0      # first signal to fence (measured well under this by `faultline bench`)
-    faultline_settle_s: float = 30       # the correlator's settle window before restarting (policy.yaml)
-    faultline_hang_detect_s: float = 600  # a silent hang is still found by a timeout (training_hang/NCCL)
-    software_approval_s: tuple[float, float] = (900, 3600)  # a second software failure waits for a person
+    software_approval_s: tuple[float, float] = (900, 3600)  # a restart that waits for a person's approval
     spare_capacity: bool = True          # healthy spares exist to restart on (the job is fixed-size)
+    checkpoint_save_s: float = 30.0      # training blocked per checkpoint save (either policy), for ETTR
     seed: int = 1
     taxonomy: tuple[Cause, ...] = field(default=LLAMA3_TAXONOMY)
+    # cause -> what the engine did (None: measured by running it, faultline/bench/interruptions.py)
+    timings: dict[str, CauseTiming] | None = None
 
 
 def _lost_progress_s(a: Assumptions, r: random.Random) -> float:
@@ -93,52 +103,91 @@ def _baseline_s(c: Cause, a: Assumptions, r: random.Random) -> float:
     return t
 
 
-def _faultline_s(c: Cause, a: Assumptions, r: random.Random, software_seen: dict[str, int]) -> float:
-    """Downtime when faultline fences the hardware and restarts once elsewhere."""
-    detect = a.faultline_hang_detect_s if c.hang else a.faultline_detect_s
-    t = detect + a.faultline_settle_s + r.uniform(*a.torchrun_restart_s) + a.job_reload_s
+def _faultline_s(c: Cause, a: Assumptions, r: random.Random, t: Timing) -> float:
+    """Downtime when faultline acts as the engine decided (``t``: this occurrence's measured timing)."""
+    if t.restart_s is None:  # no restart decided: a person finds the failure and restarts the job
+        found = t.detect_s if t.detect_s is not None else (a.collective_timeout_s if c.hang else 0.0)
+        down = found + r.uniform(*a.human_fix_s)
+    elif t.restart_needs_approval:
+        down = t.restart_s + r.uniform(*a.software_approval_s)
+    else:
+        down = t.restart_s
+    down += r.uniform(*a.torchrun_restart_s) + a.job_reload_s
     if c.hardware and not a.spare_capacity:
-        t += r.uniform(*a.human_fix_s)
-    if not c.hardware:
-        software_seen[c.name] = software_seen.get(c.name, 0) + 1
-        if software_seen[c.name] > 1:  # retried once automatically; then a person approves
-            t += r.uniform(*a.software_approval_s)
-    return t
+        down += r.uniform(*a.human_fix_s)  # nowhere else to run: wait for the repair
+    return down
+
+
+def _unknown_cause(t: CauseTiming) -> bool:
+    """A cause the engine restarts on its own the first time only (its budget is per job, all such causes)."""
+    return t.first.restart_needs_approval is False and t.again.restart_needs_approval is True
 
 
 def simulate(a: Assumptions) -> dict[str, float]:
     """Total GPU-hours lost under each policy (the same draw of interruptions for both)."""
+    timings = a.timings if a.timings is not None else measure_all()
     r = random.Random(a.seed)
     events = [c for c in a.taxonomy for _ in range(c.count)]
     r.shuffle(events)
     base = fl = 0.0
-    software_seen: dict[str, int] = {}
+    unknown_restarted = False  # the job's automatic restart of a cause not blamed on hardware is used up
     for c in events:
         progress = _lost_progress_s(a, r)
+        timing = timings[c.name]
+        occurrence = timing.again if unknown_restarted and _unknown_cause(timing) else timing.first
+        unknown_restarted = unknown_restarted or _unknown_cause(timing)
         base += progress + _baseline_s(c, a, random.Random(r.random()))
-        fl += progress + _faultline_s(c, a, random.Random(r.random()), software_seen)
+        fl += progress + _faultline_s(c, a, random.Random(r.random()), occurrence)
     gpu_h = a.gpus / 3600
     return {"interruptions": len(events), "baseline_lost_gpu_hours": base * gpu_h,
             "faultline_lost_gpu_hours": fl * gpu_h}
 
 
-def compare(a: Assumptions | None = None, runs: int = 20) -> dict[str, Any]:
-    """Median over ``runs`` seeds, with every assumption stated."""
+def ettr(a: Assumptions, lost_gpu_hours: float) -> float:
+    """Effective training time ratio: the run's time training, after interruptions and checkpoint saves."""
+    total_s = a.days * 86_400
+    lost_s = lost_gpu_hours * 3600 / a.gpus
+    saves = max(0.0, total_s - lost_s) / a.checkpoint_interval_s
+    return max(0.0, total_s - lost_s - saves * a.checkpoint_save_s) / total_s
+
+
+def _medians(a: Assumptions, runs: int) -> dict[str, float]:
+    results = [simulate(replace(a, seed=a.seed + i)) for i in range(runs)]
+    return {k: sorted(r[k] for r in results)[runs // 2] for k in results[0]}
+
+
+def compare(a: Assumptions | None = None, runs: int = 20,
+            intervals: tuple[float, ...] = (600, 1800, 3600, 7200)) -> dict[str, Any]:
+    """Median over ``runs`` seeds, with every assumption stated, the engine's measured timings, and ETTR at
+    the assumed checkpoint interval and at each of ``intervals`` (the sensitivity to it)."""
     a = a or Assumptions()
-    results = [simulate(Assumptions(**{**asdict(a), "seed": a.seed + i, "taxonomy": a.taxonomy}))
-               for i in range(runs)]
-    med = {k: sorted(r[k] for r in results)[runs // 2] for k in results[0]}
+    timings = a.timings if a.timings is not None else measure_all()
+    a = replace(a, timings=timings)
+    med = _medians(a, runs)
     total_gpu_h = a.gpus * a.days * 24
-    assumptions = {k: v for k, v in asdict(a).items() if k != "taxonomy"}
+    assumptions = {k: v for k, v in asdict(a).items() if k not in ("taxonomy", "timings")}
     assumptions["taxonomy"] = {c.name: {"count": c.count, "stays_broken": c.hardware, "hang": c.hang}
                                for c in a.taxonomy}
+    sensitivity = []
+    for interval in intervals:
+        at = replace(a, checkpoint_interval_s=interval)
+        m = _medians(at, max(1, runs // 2))
+        sensitivity.append({"checkpoint_interval_s": interval,
+                            "baseline_ettr": round(ettr(at, m["baseline_lost_gpu_hours"]), 4),
+                            "faultline_ettr": round(ettr(at, m["faultline_lost_gpu_hours"]), 4)})
     return {
         "baseline_lost_gpu_hours": round(med["baseline_lost_gpu_hours"]),
         "faultline_lost_gpu_hours": round(med["faultline_lost_gpu_hours"]),
         "ratio": round(med["baseline_lost_gpu_hours"] / med["faultline_lost_gpu_hours"], 2),
         "baseline_goodput": round(1 - med["baseline_lost_gpu_hours"] / total_gpu_h, 4),
         "faultline_goodput": round(1 - med["faultline_lost_gpu_hours"] / total_gpu_h, 4),
+        "baseline_ettr": round(ettr(a, med["baseline_lost_gpu_hours"]), 4),
+        "faultline_ettr": round(ettr(a, med["faultline_lost_gpu_hours"]), 4),
+        "ettr_by_checkpoint_interval": sensitivity,
+        "published_anchors": {"meta_llama3_effective_training_time": "> 0.90",
+                              "bytedance_byterobust_ettr": 0.97},
         "interruptions": int(med["interruptions"]),
         "runs": runs,
+        "faultline_timings_by_cause": as_json(timings),
         "assumptions": assumptions,
     }

@@ -92,6 +92,7 @@ def _serve_metrics(settings: Settings) -> None:
 
 
 def _sink(args: argparse.Namespace, settings: Settings) -> int:
+    from common.heap import tune_for_streaming
     from faultline.preflight import ensure_broker, open_archive
     from sinks.archive_sink import ArchiveSink
 
@@ -102,6 +103,7 @@ def _sink(args: argparse.Namespace, settings: Settings) -> int:
     with open_archive(settings, settings.namespace) as archive, \
             ArchiveSink(archive, bootstrap, settings.namespace, consumer_config=settings.kafka_config(bootstrap)) as sink:
         print(f"archiving {settings.namespace}.* from {bootstrap} into {settings.archive_shown}", file=sys.stderr)
+        tune_for_streaming()  # this process is the sink and nothing else (common/heap.py)
         sink.run(stop)
     return 0
 

@@ -24,6 +24,13 @@ still be delivered; and the producer is idempotent, so a broker restart or a lea
 not duplicate records. (The remaining gap is the one every Kafka producer has: a record written
 by the broker whose acknowledgement was lost *and* whose timeout ran out is sent twice. Event
 ids are deterministic, so downstream can tell.)
+
+With a :class:`~producers.batching.Batching`, the events of one :meth:`SpoolingPublisher.publish`
+call go several to a record (runs of one source, :mod:`producers.batching`): what a node observed
+together travels together, and nothing waits for more. The counters (``sent``, ``spooled``,
+``dropped``, ``already_delivered`` and their metrics) count events either way;
+:meth:`SpoolingPublisher.backlog` counts records. A batch record is spooled, read back after a
+crash (:mod:`producers.spool.readback` compares whole record values) and dropped as one.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from producers import metrics
+from producers.batching import Batcher, Batching
 from producers.delivery import event_key
 from producers.spool.disk import Spool, SpoolEntry
 from producers.spool.kafka_log import KAFKA_LOG
@@ -67,21 +75,26 @@ class _Handed:
     key: bytes
     value: bytes
     source: str
+    events: int = 1  # events in the record (a batch record holds several)
     first_handed_ms: int = 0
     state: str = "inflight"  # inflight | acked | failed
     evicted: bool = False
 
 
-def _record_line(topic: str, key: bytes, value: bytes, source: str) -> bytes:
-    record = {"topic": topic, "key": key.decode(), "source": source, "value": value.decode()}
+def _record_line(topic: str, key: bytes, value: bytes, source: str, events: int = 1) -> bytes:
+    record: dict[str, Any] = {"topic": topic, "key": key.decode(), "source": source, "value": value.decode()}
+    if events != 1:
+        record["events"] = events  # a batch record (lines without it, older ones too, hold one)
     return json.dumps(record, separators=(",", ":")).encode() + b"\n"
 
 
-def _source_of(line: bytes) -> str:
+def _source_of(line: bytes) -> tuple[str, int]:
+    """The source of a spooled record and how many events it holds."""
     try:
-        return str(json.loads(line)["source"])
-    except (ValueError, KeyError, TypeError):
-        return "unknown"
+        record = json.loads(line)
+        return str(record["source"]), int(record.get("events", 1))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "unknown", 1
 
 
 def _wall_ms() -> int:
@@ -110,6 +123,7 @@ class SpoolingPublisher:
         clock: Callable[[], float] = time.monotonic,
         cell: str = DEFAULT_CELL,
         readback_max_records: int = 500_000,
+        batching: Batching | None = None,
     ) -> None:
         self._conf = {
             **kafka_conf,
@@ -127,6 +141,7 @@ class SpoolingPublisher:
         self._events_topic = topic_name(namespace, "events")
         self._dead_topic = topic_name(namespace, "deadletters")
         self._event_key = event_key(cell)
+        self._batching = batching
         self.spool = Spool(spool_dir, max_bytes, segment_bytes)
         self.max_inflight = max_inflight
         self._backoff_min, self._backoff_max = retry_backoff_s
@@ -166,11 +181,15 @@ class SpoolingPublisher:
     # --- input ---------------------------------------------------------------------
 
     def publish(self, events: Iterable[Event]) -> None:
-        """Spool ``events`` (keyed by the publisher's cell); on disk when this returns."""
-        lines = [
-            _record_line(self._events_topic, self._event_key, e.model_dump_json().encode(), e.source)
-            for e in events
-        ]
+        """Spool ``events`` (keyed by the publisher's cell; batched: this call's, several to a record);
+        on disk when this returns."""
+        if self._batching is None:
+            lines = [_record_line(self._events_topic, self._event_key, e.model_dump_json().encode(), e.source)
+                     for e in events]
+        else:
+            batcher = Batcher(self._batching)
+            packed = [p for e in events for p in batcher.add(e)] + batcher.flush()
+            lines = [_record_line(self._events_topic, self._event_key, p.value, p.source, p.events) for p in packed]
         self._append(lines)
 
     def dead_letter(self, dl: DeadLetter) -> None:
@@ -186,8 +205,9 @@ class SpoolingPublisher:
         self.pump()
         waiting = min(len(lines), self.spool.unread)  # the newest records wait behind older ones
         for line in lines[len(lines) - waiting :]:
-            metrics.SPOOLED.labels(_source_of(line)).inc()
-        self.spooled += waiting
+            source, events = _source_of(line)
+            metrics.SPOOLED.labels(source).inc(events)
+            self.spooled += events
 
     # --- delivery ------------------------------------------------------------------
 
@@ -211,7 +231,7 @@ class SpoolingPublisher:
                     raise ValueError("checksum")
                 record = json.loads(entry.line)
                 handed = _Handed(entry, record["topic"], record["key"].encode(), record["value"].encode(),
-                                 record["source"])
+                                 record["source"], int(record.get("events", 1)))
             except (ValueError, KeyError, TypeError, AttributeError):
                 log.error("spool: dropping an unreadable record in segment %d", entry.segment)
                 self._window.append(_Handed(entry, "", b"", b"", "unknown", state="acked"))
@@ -232,8 +252,8 @@ class SpoolingPublisher:
         if record_digest(handed.topic, handed.key, handed.value) not in self.readback.found:
             return False
         handed.state = "acked"
-        self.already_delivered += 1
-        metrics.ALREADY_DELIVERED.labels(handed.source).inc()
+        self.already_delivered += handed.events
+        metrics.ALREADY_DELIVERED.labels(handed.source).inc(handed.events)
         return True
 
     def _resend(self) -> None:
@@ -262,8 +282,8 @@ class SpoolingPublisher:
         self._inflight -= 1
         if err is None:
             handed.state = "acked"
-            self.sent += 1
-            metrics.SENT.labels(handed.source).inc()
+            self.sent += handed.events
+            metrics.SENT.labels(handed.source).inc(handed.events)
             self._backoff = self._backoff_min
             if self._broker_down:
                 log.info("Kafka answers again; sending the spool")
@@ -272,7 +292,7 @@ class SpoolingPublisher:
             if not handed.evicted:
                 log.error("Kafka rejected a %s record for good: %s", handed.source, err)
             handed.state = "acked"  # done with it: let the cursor pass
-            self._drop(handed.source)
+            self._drop(handed.source, handed.events)
         else:
             handed.state = "failed"
             self._retry.append(handed)
@@ -321,20 +341,20 @@ class SpoolingPublisher:
         while (evicted := self.spool.evict_oldest()) is not None:
             segment, unread = evicted
             for line in unread:
-                self._drop(_source_of(line))
+                self._drop(*_source_of(line))
             for handed in self._window:
                 if handed.entry.segment == segment:
                     handed.evicted = True
             for handed in [h for h in self._retry if h.evicted]:
                 self._retry.remove(handed)
                 handed.state = "acked"
-                self._drop(handed.source)
+                self._drop(handed.source, handed.events)
             log.warning("spool over %d bytes: dropped segment %d (%d records never sent)",
                         self.spool.max_bytes, segment, len(unread))
 
-    def _drop(self, source: str) -> None:
-        self.dropped += 1
-        metrics.DROPPED.labels(source).inc()
+    def _drop(self, source: str, events: int = 1) -> None:
+        self.dropped += events
+        metrics.DROPPED.labels(source).inc(events)
 
     # --- end -----------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from producers.node.kernel_log import KernelLogSettings
 from producers.registry import SourceContext
 from producers.source import Observation, observation
 from producers.spool import SpoolingPublisher
+from streams.batch import decode_record
 from streams.decisions import DeadLetter
 from streams.events import AgentHeartbeat, Event, GpuSample, Inventory, Xid
 from streams.topics import topic_name
@@ -258,7 +259,7 @@ def test_faultline_agent_publishes_then_stops_on_sigterm(
         seen: list[Event] = []
 
         def arrived() -> bool:
-            seen[:] = [Event.model_validate_json(v) for v in read_topic(conf, topic_name(unique_name, "events"))]
+            seen[:] = [e for v in read_topic(conf, topic_name(unique_name, "events")) for e in decode_record(v).events]
             kinds = [type(e.body) for e in seen]
             return (AgentHeartbeat in kinds and Inventory in kinds and Xid in kinds
                     and kinds.count(GpuSample) >= 8)
