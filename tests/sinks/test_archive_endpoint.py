@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
-import select
+import selectors
 import signal
 import stat
 import subprocess
@@ -49,9 +49,14 @@ class Owner:
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
         seen: list[str] = []
+        with selectors.DefaultSelector() as sel:  # not select(): it refuses descriptors past 1023
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            return self._wait_line(sel, prefix, deadline, seen)
+
+    def _wait_line(self, sel: selectors.BaseSelector, prefix: str, deadline: float, seen: list[str]) -> str:
+        assert self.proc.stdout is not None
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
-            if ready:
+            if sel.select(0.5):
                 line = self.proc.stdout.readline().decode(errors="replace")
                 if not line:
                     break
