@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from correlators.quarantine_ledger import drop_hardware
 from correlators.state_fields import Instant
 
 __all__ = ["Implication", "LemonBook", "LemonRecord", "decayed", "implicated_jobs", "score"]
@@ -80,14 +81,7 @@ class LemonBook:
 
     def forget(self, node: str, index: int | None) -> None:
         """Drop a record that holds nothing any more."""
-        if index is None:
-            self.nodes.pop(node, None)
-            return
-        on_node = self.gpus.get(node)
-        if on_node is not None:
-            on_node.pop(index, None)
-            if not on_node:
-                del self.gpus[node]
+        drop_hardware(self.gpus, self.nodes, node, index)
 
 
 def decayed(i: Implication, now: datetime, weights: Mapping[str, float], half_life_s: float) -> float:

@@ -3,10 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from correlators.state_fields import Instant
 
-__all__ = ["Fence", "QuarantineLedger"]
+__all__ = ["Fence", "QuarantineLedger", "drop_hardware"]
+
+_R = TypeVar("_R")
+
+
+def drop_hardware(gpus: dict[str, dict[int, _R]], nodes: dict[str, _R], node: str, index: int | None) -> None:
+    """Drop the entry of GPU ``index`` of ``node`` (of the node itself when None) from a by-node pair of maps;
+    a node left without GPUs goes too."""
+    if index is None:
+        nodes.pop(node, None)
+        return
+    on_node = gpus.get(node)
+    if on_node is not None:
+        on_node.pop(index, None)
+        if not on_node:
+            del gpus[node]
 
 
 @dataclass
@@ -37,14 +53,7 @@ class QuarantineLedger:
         return True
 
     def release(self, node: str, index: int | None = None) -> None:
-        if index is None:
-            self.nodes.pop(node, None)
-            return
-        on_node = self.gpus.get(node)
-        if on_node is not None:
-            on_node.pop(index, None)
-            if not on_node:
-                del self.gpus[node]
+        drop_hardware(self.gpus, self.nodes, node, index)
 
     def fenced_by(self, node: str, index: int | None = None) -> str | None:
         """The incident that fenced this GPU (or, without ``index``, this node), if any."""
