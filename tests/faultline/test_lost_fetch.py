@@ -26,12 +26,12 @@ from faultline.pipeline import CorrelatorWorker, end_marker, publish_capture, wa
 from producers.delivery import EventPublisher
 from streams.topics import correlator_app_id, topic_name
 from tests.faultline.takeover import assert_decided_as_offline, committed_offset
+from tests.harness.shared import needs_shared, scenario
 
-SCENARIO = Path(__file__).resolve().parents[3] / "shared" / "scenarios" / "xid79_multi_node.jsonl"
+SCENARIO = scenario("xid79_multi_node")
 LOSSY = Path(__file__).with_name("lossy_worker.py")
 
-pytestmark = [pytest.mark.broker,
-              pytest.mark.skipif(not SCENARIO.is_file(), reason="shared scenarios not present")]
+pytestmark = [pytest.mark.broker, needs_shared(SCENARIO)]
 
 
 def test_an_end_marker_the_consumer_lost_is_fetched_again_and_judged(

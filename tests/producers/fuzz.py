@@ -50,12 +50,12 @@ from producers.kernel import parse_kernel_line, strip_prefix
 from producers.scheduler.hostlist import expand_hostlist
 from producers.scheduler.scontrol_text import parse_records
 from streams.events import Event
+from tests.harness.shared import SCENARIOS
 
 __all__ = ["CORPUS", "ENTRY_POINTS", "MAX_INPUT_BYTES", "corpus_files", "expected", "outcomes"]
 
 CORPUS = Path(__file__).resolve().parent / "fuzz_corpus"
 MAX_INPUT_BYTES = 16_384
-SCENARIOS = Path(__file__).resolve().parents[3] / "shared" / "scenarios"
 
 
 class Undocumented(AssertionError):
