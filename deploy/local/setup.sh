@@ -90,7 +90,7 @@ else
 fi
 mkdir -p .tools/docker
 printf '{"cliPluginsExtraDirs": ["%s"]}\n' "$tools_bin" > .tools/docker/config.json
-.venv/bin/python -c 'from deploy.kubernetes.validate import ensure_schemas; print("setup: Kubernetes schemas in", ensure_schemas())' \
+.venv/bin/python -c 'from deploy.helm.validate import ensure_schemas; print("setup: Kubernetes schemas in", ensure_schemas())' \
   || echo "setup: WARNING: no offline Kubernetes schemas (kubernetes-validate missing?)" >&2
 # torch, for the torchrun example test (tests/producers/jobs/test_torchrun_example.py). PyPI's wheel
 # brings ~5 GB of CUDA libraries (the CPU-only index is not reachable), so it lives in a cache outside
