@@ -102,9 +102,10 @@ def lint(tools: Tools, values: Path | None = None) -> str:
     return done.stdout.strip()
 
 
-def render(tools: Tools, values: Path | None = None, *sets: str) -> str:
-    """The chart's objects as one YAML stream (release ``faultline`` in namespace ``faultline``)."""
-    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+def render(tools: Tools, values: Path | None = None, *sets: str, release: str = RELEASE) -> str:
+    """The chart's objects as one YAML stream (release ``release``, ``faultline`` unless said, in namespace
+    ``faultline``)."""
+    args = ["template", release, str(CHART), "--namespace", NAMESPACE]
     args += ["-f", str(values)] if values else []
     for s in sets:
         args += ["--set", s]

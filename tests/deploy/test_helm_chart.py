@@ -6,6 +6,7 @@ default install, alert rules from the one file promtool checks."""
 from __future__ import annotations
 
 import functools
+import re
 import importlib.util
 import shutil
 import subprocess
@@ -261,6 +262,23 @@ def test_the_prometheus_rule_is_the_alert_file_promtool_checks(tmp_path: Path) -
         done = subprocess.run([promtool, "check", "rules", str(out)], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stdout + done.stderr
     assert (CHART / "files" / "alerts.yml").is_symlink()  # read from deploy/prometheus, never copied
+
+
+@pytest.mark.parametrize("release", ["faultline", "prod", "ml-team-a"])
+def test_the_alert_rules_select_the_jobs_the_chart_scrapes_under_any_release_name(release: str) -> None:
+    """Prometheus Operator names a target's ``job`` after the Service label the ServiceMonitor's
+    ``jobLabel`` names, else after the Service: the rules' ``job="..."`` must be among those names whatever
+    the release is called, or ``CorrelatorDown`` (an ``absent()``) fires forever and ``NodeAgentDown`` never."""
+    objects = [o for o in yaml.safe_load_all(render(_tools(), VALUES["production"], release=release)) if o]
+    monitor = next(o for o in objects if o["kind"] == "ServiceMonitor")
+    job_label = monitor["spec"].get("jobLabel")
+    scraped = {(s["metadata"]["labels"].get(job_label) if job_label else None) or s["metadata"]["name"]
+               for s in objects if s["kind"] == "Service"
+               and monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()}
+    rule = next(o for o in objects if o["kind"] == "PrometheusRule")
+    selected = set(re.findall(r'job="([^"]+)"', yaml.safe_dump(rule["spec"]["groups"])))
+    assert {"faultline-correlator", "faultline-sink", "faultline-agent"} <= selected
+    assert selected <= scraped, f"release {release!r}: rules select {sorted(selected - scraped)}, scraped {sorted(scraped)}"
 
 
 def test_topics_are_applied_before_every_stage_and_correlators_are_standbys() -> None:
