@@ -6,8 +6,8 @@ default install, alert rules from the one file promtool checks."""
 from __future__ import annotations
 
 import functools
-import re
 import importlib.util
+import re
 import shutil
 import subprocess
 from pathlib import Path
