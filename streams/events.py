@@ -36,6 +36,7 @@ __all__ = [
     "CudaOom",
     "AppError",
     "WorkerExit",
+    "LaunchConfig",
     "RankAllocation",
     "Elasticity",
     "CheckpointPolicy",
@@ -203,6 +204,17 @@ class WorkerExit(_Model):
     error: str | None = None
 
 
+class LaunchConfig(_Model):
+    """The torchelastic launcher's configuration (its "Starting elastic_operator with launch configs" block,
+    a ``LaunchConfig(...)`` repr, a torchrun command line): elasticity in nodes of ``nproc_per_node`` workers.
+    One line may carry some of the fields only (the block is logged one field a line)."""
+
+    kind: Literal["launch_config"] = "launch_config"
+    min_nodes: NonNegInt32 | None = None
+    max_nodes: NonNegInt32 | None = None
+    nproc_per_node: NonNegInt32 | None = None
+
+
 # --- scheduler ---------------------------------------------------------------------------
 
 
@@ -303,7 +315,11 @@ class CheckpointLoaded(_Model):
 
 
 class TrainerHeartbeat(_Model):
+    """The trainer is alive; optionally "in step ``step`` for ``in_step_s`` seconds" (additive)."""
+
     kind: Literal["trainer_heartbeat"] = "trainer_heartbeat"
+    step: Int64 | None = None
+    in_step_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 # --- people ------------------------------------------------------------------------------------
@@ -351,6 +367,7 @@ Body = Annotated[
     | CudaOom
     | AppError
     | WorkerExit
+    | LaunchConfig
     | JobStarted
     | JobEnded
     | NodeState
