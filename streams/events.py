@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from streams.identifiers import GpuId, JobId, NodeId
+from streams.launch import LaunchConfig
 from streams.ranges import Int32, Int64, NonNegInt32
 
 __all__ = [
@@ -204,17 +205,6 @@ class WorkerExit(_Model):
     error: str | None = None
 
 
-class LaunchConfig(_Model):
-    """The torchelastic launcher's configuration (its "Starting elastic_operator with launch configs" block,
-    a ``LaunchConfig(...)`` repr, a torchrun command line): elasticity in nodes of ``nproc_per_node`` workers.
-    One line may carry some of the fields only (the block is logged one field a line)."""
-
-    kind: Literal["launch_config"] = "launch_config"
-    min_nodes: NonNegInt32 | None = None
-    max_nodes: NonNegInt32 | None = None
-    nproc_per_node: NonNegInt32 | None = None
-
-
 # --- scheduler ---------------------------------------------------------------------------
 
 
@@ -314,9 +304,7 @@ class CheckpointLoaded(_Model):
     path: str | None = None
 
 
-class TrainerHeartbeat(_Model):
-    """The trainer is alive; optionally "in step ``step`` for ``in_step_s`` seconds" (additive)."""
-
+class TrainerHeartbeat(_Model):  # alive; optionally "in step ``step`` for ``in_step_s`` seconds"
     kind: Literal["trainer_heartbeat"] = "trainer_heartbeat"
     step: Int64 | None = None
     in_step_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
