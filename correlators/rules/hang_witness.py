@@ -10,8 +10,9 @@ witness that the job is not merely slow:
   either *spinning* (busy, >= ``busy_util_pct``, at under ``low_power_fraction`` of the GPU's power while
   the run trained: ranks waiting in a collective) or *idle* (utilisation <= ``hang_idle_util_pct`` in
   every reading of the later half of the wait: nothing runs on them); one reading of real work refutes it;
-* **the trainer** -- its heartbeat says it has been in the same step (at most the one after its last
-  reported step) for longer than the hang bound ("in step N for T s").
+* **the trainer** -- its heartbeat says it has been in one step for longer than the hang bound ("in step
+  N for T s"; a heartbeat that names only its step is timed from the last step report, and only when it
+  names that step or the next: a trainer that reports every 10th step may be well past it).
 
 A run that has not stepped at all has no hang timer (a slow first step is start-up); and a job whose
 cadence is unknown is never restarted from nothing on the clock's word alone.
@@ -94,7 +95,5 @@ def heartbeat_witness(prog: JobProgress, bound_s: float) -> str | None:
     if last is None or hb is None or hb <= last or in_step is None or in_step < bound_s:
         return None
     step = prog.heartbeat_step
-    if step is not None and prog.last_step is not None and step > prog.last_step + 1:
-        return None  # it has moved on: its steps are reported sparsely, it is not stuck
     which = f"step {step}" if step is not None else "its current step"
     return f"its trainer says it has been in {which} for {in_step:.0f}s (over the {bound_s:.0f}s bound)"

@@ -108,12 +108,27 @@ def cold_start_stall_witnessed_by_the_trainer_heartbeat() -> S:
     cap = _slow_job(120, 2000, nvml=None)
     cap.stop_training("pt", 140)
     for k in range(1, 25):
-        cap.trainer(130 + 60 * k, "pt", "heartbeat", step=2, in_step_s=60.0 * k)
+        cap.trainer(130 + 60 * k, "pt", "heartbeat", step=11, in_step_s=60.0 * k)
     return cap, expect(
         incidents=[{"job": "pt", "category": "training_hang", "opened_by": at_iso(130 + 60 * 11)}],
         must=[{"type": "notify", "job": "pt"}],
         must_not=NO_FENCE,
-        _check=_says("pt", "cadence not yet known", "in step 2 for"),
+        _check=_says("pt", "cadence not yet known", "in step 11 for"),
+    )
+
+
+@scenario
+def cold_start_stall_witnessed_by_late_heartbeats_naming_only_their_step() -> S:
+    """Steps every 3 min on one node, no NVML; the trainer's heartbeats name the step it is in (the one after
+    its last report) but not for how long, and each arrives 20 s late: timed from the last step report."""
+    cap = _slow_job(180, 2400, nodes=("n1",), nvml=None)
+    cap.stop_training("pt", 200)
+    for k in range(1, 30):
+        cap.trainer(190 + 45 * k, "pt", "heartbeat", step=11).late(20)
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "training_hang", "opened_by": at_iso(190 + 900 + 80)}],
+        must_not=NO_FENCE,
+        _check=_says("pt", "cadence not yet known", "in step 11 for"),
     )
 
 
