@@ -10,6 +10,10 @@ The newest valid checkpoint is not the highest step ever saved:
 * **Failed.** A checkpoint whose write failed (``checkpoint_failed`` at its step or path) is not one;
   neither is one that a restarted run could not load (it died before its first step with a load
   error: a truncated shard, missing ``state_dict`` keys) -- storage or software, never the GPU.
+* **Loaded.** A checkpoint a run reports it loaded (``checkpoint_loaded``) is proven readable: it is a
+  restart point of that run's lineage even when no save of it was ever seen (a job started from step
+  48,000 that dies before its first save restarts from 48,000, never from nothing) -- unless it is
+  already known bad (a failed write, a failed load), which a later report never revives.
 * **Failure domain.** A checkpoint written only under a node-local prefix of the policy
   (``/mnt/nvme``, ``/local``) lives and dies with the node that wrote it: once that node is fenced or
   left out of the restart it is no restart point, and the restart says what skipping it cost.
@@ -42,6 +46,7 @@ class SavedCheckpoint:
     local: bool = False  # written under a node-local prefix
     state: State = "valid"
     why: str = ""
+    origin: Literal["saved", "loaded"] = "saved"  # "loaded": known only from the run that loaded it
 
 
 @dataclass
@@ -70,12 +75,17 @@ class CheckpointBook:
         if step is not None:
             self.on_loaded(step, path)
 
-    def on_loaded(self, step: int, path: str | None) -> None:
-        """The current run loaded ``step``: what was saved after it belongs to an abandoned lineage."""
+    def on_loaded(self, step: int, path: str | None, ts: datetime | None = None, node: str | None = None,
+                  local: bool = False) -> None:
+        """The current run loaded ``step``: what was saved after it belongs to an abandoned lineage. Reported by
+        the trainer (``ts``: when), the loaded checkpoint is a restart point itself when no save of that step
+        is known (a job that started from it); a known one keeps its state (a bad one stays bad)."""
         self.loading, self.loading_path = step, path
         for ck in self.saved:
             if ck.state == "valid" and ck.step > step:
                 ck.state, ck.why = "abandoned", f"saved after step {step}, which a later run loaded"
+        if ts is not None and not any(ck.step == step for ck in self.saved):
+            self.saved.append(SavedCheckpoint(step, path, ts, node, local, origin="loaded"))
 
     def on_saved(self, ts: datetime, step: int, path: str | None, node: str | None, local: bool) -> None:
         started = self.run_started

@@ -49,6 +49,10 @@ class JobProgress:
     # checkpoint, a slow first step); a hang rule reads it to tell a trainer stuck inside a step
     # (alive, no step) from one that is gone (silent).
     heartbeat_ts: Instant | None = None
+    # What that heartbeat said, when it said it: the step the trainer is in and for how long (a hang's witness,
+    # :mod:`correlators.rules.hang_witness`).
+    heartbeat_step: int | None = None
+    heartbeat_in_step_s: float | None = None
     # --- the current run
     run_started: Instant | None = None
     run_steps: int = 0
@@ -56,14 +60,23 @@ class JobProgress:
     run_throughput: Annotated[deque[float], Bounded(RUN_READINGS)] = field(
         default_factory=lambda: deque(maxlen=RUN_READINGS))
     run_loss_bad: bool = False  # the run's newest loss is NaN or infinite
+    run_intervals: int = 0  # step-to-step intervals of this run (its start to its first step is start-up)
+    hang_wait_s: float | None = None  # how long a stop may last before it is a hang, as set at the last step
 
-    def on_heartbeat(self, ts: datetime) -> None:
-        if self.heartbeat_ts is None or ts > self.heartbeat_ts:
-            self.heartbeat_ts = ts
+    def on_heartbeat(self, ts: datetime, step: int | None = None, in_step_s: float | None = None) -> None:
+        """The trainer is alive; ``step``/``in_step_s``: it says it is in that step, for that long. Without a
+        duration, one that names the step after the last reported one has been in it since that report."""
+        if self.heartbeat_ts is not None and ts <= self.heartbeat_ts:
+            return
+        if in_step_s is None and step is not None and self.last_step is not None and self.last_step_ts is not None \
+                and self.last_step <= step <= self.last_step + 1 and ts > self.last_step_ts:
+            in_step_s = (ts - self.last_step_ts).total_seconds()
+        self.heartbeat_ts, self.heartbeat_step, self.heartbeat_in_step_s = ts, step, in_step_s
 
     def on_run_start(self, ts: datetime, loading: int | None, path: str | None) -> None:
         """A new run (``job_started``): its own counters start again; ``loading``: the step it is to load."""
         self.run_started, self.run_steps, self.run_first_step_ts, self.run_loss_bad = ts, 0, None, False
+        self.run_intervals, self.hang_wait_s = 0, None
         self.run_throughput.clear()
         self.step_gaps.clear()  # the gap across a restart is no step interval
         self.checkpoints.on_run_start(ts, loading, path)
@@ -76,6 +89,8 @@ class JobProgress:
             since = self.run_started  # the run's first step: its start up to it is the first interval
         if since is not None and ts > since and in_run:
             self.step_gaps.append((ts - since).total_seconds())
+            if since != self.run_started or self.run_steps:
+                self.run_intervals += 1  # from a step, not from the run's start
         if self.last_step_ts is None or ts >= self.last_step_ts:
             self.last_step, self.last_step_ts = step, ts
         if in_run:

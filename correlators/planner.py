@@ -9,7 +9,8 @@ category's rule, in the same order.
 
 A restart asks for what the job needs, not for a server: its GPU class (from the
 scheduler's ``job_started``), the count its elasticity allows once the excluded
-hardware is left out, the newest valid checkpoint, and what to avoid -- the
+hardware is left out -- in whole nodes of the launcher's ``nproc_per_node``
+(:mod:`correlators.elastic_size`) --, the newest valid checkpoint, and what to avoid -- the
 fenced hardware, and what the gate excluded without a fence (suspect, or no
 verdict in time), each with why.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from correlators.elastic_size import Sizing, restart_size
 from correlators.incident_state import OpenIncident, stable_id
 from correlators.policy import Policy
 from correlators.quarantine_ledger import Fence, QuarantineLedger
@@ -107,9 +109,13 @@ class Planner:
         gpus = {(n, i) for (n, i) in self.ledger.quarantined() if n not in out}
         gpus |= {(n, i) for (n, i) in extra_exclude_gpus if n not in out}
         exclude_gpus = sorted(self.topo.gpu_id(n, i) for (n, i) in gpus)
+        sizing = self._restart_size(job, out, gpus)
+        if sizing.elastic or job.name in self.topo.launch:  # say which rule sized it
+            extra = {**(extra or {}), "sizing": sizing.params()}
+            reason = f"{reason}; {sizing.text()}"
         params: dict[str, Any] = {
             "checkpoint": checkpoint,
-            "gpus": self._restart_size(job, out, gpus),
+            "gpus": sizing.gpus,
             "gpu_class": job.spec.gpu_class,
             "exclude": {"nodes": exclude_nodes, "gpus": exclude_gpus},
             "attempt": inc.restart_attempts + 1,
@@ -128,14 +134,10 @@ class Planner:
         return cmd
 
     # --- helpers -------------------------------------------------------------------
-    def _restart_size(self, job: Job, excluded_nodes: set[str], excluded_gpus: set[tuple[str, int]]) -> int:
-        world = job.world_size
-        el = job.spec.elastic
-        if el is None or el.min_gpus == el.max_gpus:
-            return el.max_gpus if el else world
-        lost = sum(1 for (n, i) in job.rank_of if n in excluded_nodes or (n, i) in excluded_gpus
-                   or self.ledger.is_fenced(n, i))
-        return max(el.min_gpus, min(el.max_gpus, world - lost))
+    def _restart_size(self, job: Job, excluded_nodes: set[str], excluded_gpus: set[tuple[str, int]]) -> Sizing:
+        """Whole nodes of the job's launcher, of what is neither left out nor fenced (elastic_size.py)."""
+        return restart_size(job, self.topo.launch.get(job.name), lambda n, i: n not in excluded_nodes
+                            and (n, i) not in excluded_gpus and not self.ledger.is_fenced(n, i))
 
     def _capacity(self, job: Job, excluded_nodes: set[str], excluded_gpus: set[tuple[str, int]]) -> int | None:
         """Healthy GPUs the job could run on as far as this cell knows: its own that are left, and those of the

@@ -65,6 +65,8 @@ class Thresholds(_Strict):
     hang_busy_factor: float = 3
     busy_util_pct: float = 90
     low_power_fraction: float = 0.6
+    hang_min_intervals: int = Field(default=3, ge=0)  # cold start: correlators/rules/hang_witness.py
+    hang_idle_util_pct: float = 5
     gpu_lost_factor: float = 2.5
     loss_plateau_s: float = 7200
     loss_min_improvement: float = 0.001

@@ -15,9 +15,9 @@ from functools import cached_property
 from typing import Literal
 
 from correlators.state_fields import Instant
-from streams.events import GpuRef, Inventory, JobStarted
+from streams.events import GpuRef, Inventory, JobStarted, LaunchConfig
 
-__all__ = ["Gpu", "Node", "Job", "JobEnd", "Topology"]
+__all__ = ["Gpu", "Node", "Job", "JobEnd", "Launch", "Topology"]
 
 
 @dataclass
@@ -87,9 +87,30 @@ class Job:
 
 
 @dataclass
+class Launch:
+    """What the job's torchelastic launcher said it forms (:class:`~streams.events.LaunchConfig`), field by
+    field as its lines come; it outlives a run (a restart relaunches with the same configuration)."""
+
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    nproc_per_node: int | None = None
+
+    def merge(self, cfg: LaunchConfig) -> None:
+        if cfg.min_nodes is not None and cfg.max_nodes is not None:  # a whole range replaces the one known
+            self.min_nodes, self.max_nodes = cfg.min_nodes, cfg.max_nodes
+        elif cfg.min_nodes is not None:
+            self.min_nodes = cfg.min_nodes
+        elif cfg.max_nodes is not None:
+            self.max_nodes = cfg.max_nodes
+        if cfg.nproc_per_node:
+            self.nproc_per_node = cfg.nproc_per_node
+
+
+@dataclass
 class Topology:
     nodes: dict[str, Node] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)
+    launch: dict[str, Launch] = field(default_factory=dict)  # job -> its launcher's configuration
 
     # --- updates -----------------------------------------------------------------
     def apply_inventory(self, node: str, inv: Inventory) -> None:

@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from streams.identifiers import GpuId, JobId, NodeId
+from streams.launch import LaunchConfig
 from streams.ranges import Int32, Int64, NonNegInt32
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "CudaOom",
     "AppError",
     "WorkerExit",
+    "LaunchConfig",
     "RankAllocation",
     "Elasticity",
     "CheckpointPolicy",
@@ -302,8 +304,10 @@ class CheckpointLoaded(_Model):
     path: str | None = None
 
 
-class TrainerHeartbeat(_Model):
+class TrainerHeartbeat(_Model):  # alive; optionally "in step ``step`` for ``in_step_s`` seconds"
     kind: Literal["trainer_heartbeat"] = "trainer_heartbeat"
+    step: Int64 | None = None
+    in_step_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 # --- people ------------------------------------------------------------------------------------
@@ -351,6 +355,7 @@ Body = Annotated[
     | CudaOom
     | AppError
     | WorkerExit
+    | LaunchConfig
     | JobStarted
     | JobEnded
     | NodeState

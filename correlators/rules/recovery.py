@@ -136,6 +136,8 @@ class RecoveryRules:
         lost = set(extra_nodes) | {n for n in job.nodes if s.ledger.is_fenced(n)}
         ck, skipped = progress.checkpoints.restart_point(lost, *self._cutoff(inc))
         checkpoint = {"path": ck.path, "step": ck.step} if ck else None
+        if ck is not None and ck.origin == "loaded":  # the rule that decided it (checkpoints.py, "Loaded")
+            reasons.append(f"restarting from step {ck.step}, the checkpoint the run loaded (no save since)")
         extra: dict[str, Any] = {}
         if decision.excluded:
             extra["gate"] = {"excluded": [{"node": x.node, "gpu": None if x.gpu is None else s.topology.gpu_id(

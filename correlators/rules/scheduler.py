@@ -20,7 +20,7 @@ from correlators.rules.placement import PlacementRules
 from correlators.rules.training import TrainingRules
 from correlators.rules.verification import VerificationRules
 from correlators.timers import TimerName
-from correlators.topology import JobEnd
+from correlators.topology import JobEnd, Launch
 from streams import events as ev
 
 __all__ = ["SchedulerRules"]
@@ -42,7 +42,7 @@ class SchedulerRules:
 
     def event_handlers(self) -> Mapping[str, EventHandler]:
         return {"inventory": self._on_inventory, "job_started": self._on_job_started,
-                "job_ended": self._on_job_ended}
+                "job_ended": self._on_job_ended, "launch_config": self._on_launch_config}
 
     def timer_handlers(self) -> Mapping[TimerName, OnTimer]:
         return {}
@@ -50,6 +50,11 @@ class SchedulerRules:
     def _on_inventory(self, e: ev.Event, b: ev.Inventory) -> None:
         if e.node:
             self.state.topology.apply_inventory(e.node, b)
+
+    def _on_launch_config(self, e: ev.Event, b: ev.LaunchConfig) -> None:
+        """The job's launcher says what it forms (nodes of ``nproc_per_node``): restarts are sized by it."""
+        if e.job:
+            self.state.topology.launch.setdefault(e.job, Launch()).merge(b)
 
     def _on_job_started(self, e: ev.Event, b: ev.JobStarted) -> None:
         if not e.job:

@@ -10,7 +10,10 @@
 * **Hangs** are timed against the job's own cadence: no step for max(``hang_min_s``, ``hang_factor`` x
   the longest recent step interval) plus its longest checkpoint save; found sooner (``hang_check``)
   when telemetry corroborates it -- every GPU of the job sampled since its last step busy at low power,
-  ranks spinning in a collective.
+  ranks spinning in a collective. **Cold start** (:mod:`correlators.rules.hang_witness`): until the run
+  has shown ``hang_min_intervals`` step intervals the clock alone decides nothing -- after at least
+  ``hang_factor`` x ``hang_min_s`` a verdict needs a witness (the GPUs, the trainer's heartbeat), and the
+  incident names it.
 * **Checkpoints** go to the job's book (:mod:`correlators.checkpoints`): lineage, failures, where.
 """
 
@@ -19,7 +22,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-import statistics
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
@@ -29,6 +31,7 @@ from correlators.job_progress import JobProgress
 from correlators.lifecycle import DONE, IncidentLifecycle
 from correlators.restart_gate import human
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
+from correlators.rules.hang_witness import cadence_known, gpu_witness, heartbeat_witness, spinning
 from correlators.rules.hardware import HardwareRules
 from correlators.rules.verification import VerificationRules
 from correlators.timers import TimerKey, TimerName
@@ -212,6 +215,9 @@ class TrainingRules:
             hang, busy = t.hang_factor * t.hang_min_s, t.hang_factor * t.hang_min_s
         else:
             hang, busy = max(t.hang_min_s, t.hang_factor * gap), max(t.hang_busy_min_s, t.hang_busy_factor * gap)
+        if not cadence_known(prog, t):  # cold start: never sooner than the factor times the floor (and witnessed)
+            hang = t.hang_factor * max(t.hang_min_s, gap or 0.0)
+        prog.hang_wait_s = hang + save
         self.queue.arm("hang", (e.job,), last + timedelta(seconds=hang + save))
         self.queue.arm("hang_check", (e.job,), last + timedelta(seconds=busy + save))
         self.verification.check_progress(e.job, e.ts)
@@ -230,10 +236,19 @@ class TrainingRules:
         return 0.0
 
     def _on_trainer_heartbeat(self, e: ev.Event, b: ev.TrainerHeartbeat) -> None:
-        """The trainer is alive. Recorded in the job's progress (``heartbeat_ts``) for a hang rule that
-        tells a trainer stuck inside a step from one that is gone; no decision reads it yet."""
-        if e.job:
-            self.state.job_progress(e.job).on_heartbeat(e.ts)
+        """The trainer is alive (``heartbeat_ts``: a hang's text tells a trainer stuck inside a step from one
+        that is gone); one saying it has been in one step longer than the hang bound witnesses a cold-start
+        hang at once."""
+        if not e.job:
+            return
+        prog = self.state.job_progress(e.job)
+        prog.on_heartbeat(e.ts, b.step, b.in_step_s)
+        job = self._hanging(e.job)
+        if job is None or prog.hang_wait_s is None or cadence_known(prog, self.p.thresholds):
+            return
+        why = heartbeat_witness(prog, prog.hang_wait_s)
+        if why is not None:
+            self._cold_hang(job, prog, max(e.ts, self.state.clock or e.ts), why)
 
     def _hanging(self, name: str) -> Job | None:
         """The job, when it is running, has no open failure and no silent node (whose rules decide)."""
@@ -251,11 +266,31 @@ class TrainingRules:
             return
         prog = self.state.job_progress(job.name)
         last = prog.last_step_ts
+        if last is not None and not cadence_known(prog, self.p.thresholds):
+            t = self.p.thresholds
+            bound = prog.hang_wait_s or t.hang_factor * t.hang_min_s
+            why = heartbeat_witness(prog, bound) or gpu_witness(self.state, job, last, due, t)
+            if why is not None:
+                self._cold_hang(job, prog, due, why)
+            else:  # the clock alone does not decide: look again (less often as the wait grows)
+                again = max(self._sample_interval(job), (due - last).total_seconds() / 4)
+                self.queue.arm("hang", key, due + timedelta(seconds=again))
+            return
         alive = prog.heartbeat_ts
         how = ("its trainer is alive (heartbeat " + human(alive) + ") but stuck" if alive and last and alive > last
                else "its trainer is silent too" if alive else "")
+        over = f" (over its {prog.hang_wait_s:.0f}s bound: hang_factor x its longest step interval)" \
+            if prog.hang_wait_s else ""
         self.life.failure(job.name, Finding("training_hang", due, None, reason="no training step since "
-                                            f"{human(last) if last else '?'}" + (f": {how}" if how else "")))
+                                            f"{human(last) if last else '?'}{over}" + (f": {how}" if how else "")))
+
+    def _cold_hang(self, job: Job, prog: JobProgress, at: datetime, why: str) -> None:
+        """A hang before the job's cadence is known: only ever on a witness, which the incident names."""
+        t = self.p.thresholds
+        last = human(prog.last_step_ts) if prog.last_step_ts else "?"
+        self.life.failure(job.name, Finding(
+            "training_hang", at, None, reason=f"no training step since {last}, cadence not yet known "
+            f"({prog.run_intervals} of {t.hang_min_intervals} step intervals), so not on the clock alone: {why}"))
 
     def _timer_hang_check(self, key: TimerKey, due: datetime) -> None:
         """Steps stopped a while ago: do the job's GPUs say the ranks spin in a collective (busy, low power)?"""
@@ -263,9 +298,11 @@ class TrainingRules:
         prog = self.state.job_progress(str(key[0]))
         if job is None or prog.last_step_ts is None:
             return
-        verdict = self._spinning(job, prog.last_step_ts)
-        if verdict is True:
-            t = self.p.thresholds
+        t = self.p.thresholds
+        verdict = spinning(self.state, job, prog.last_step_ts, t)
+        if verdict is True and not cadence_known(prog, t):
+            self._cold_hang(job, prog, due, gpu_witness(self.state, job, prog.last_step_ts, due, t) or "spinning")
+        elif verdict is True:
             self.life.failure(job.name, Finding(
                 "training_hang", due, None, reason=f"no training step since {human(prog.last_step_ts)} while every "
                 f"GPU of the job is busy (>= {t.busy_util_pct:g}% utilisation) at under {t.low_power_fraction:.0%} "
@@ -275,28 +312,6 @@ class TrainingRules:
             if later < hang:
                 self.queue.arm("hang_check", (job.name,), later)  # not enough readings since the stop yet
 
-    def _spinning(self, job: Job, stopped: datetime) -> bool | None:
-        """True: most of the job's GPUs were sampled since ``stopped`` and every such reading is busy at low
-        power (against the GPU's own readings before); False: a reading says otherwise; None: too few yet."""
-        t = self.p.thresholds
-        seen = 0
-        places = list(job.rank_of)
-        for node, idx in places:
-            health = self.state.health.get(node, {}).get(idx)
-            readings = list(health.recent) if health is not None else []
-            after = [r for r in readings if r[0] > stopped]
-            before = [r[2] for r in readings if r[0] <= stopped and r[2] is not None]
-            if not after:
-                continue
-            if not before:
-                return None
-            seen += 1
-            training = statistics.median(before)
-            for _, util, power in after:
-                if util is None or power is None or util < t.busy_util_pct or power > t.low_power_fraction * training:
-                    return False
-        return True if places and seen * 2 >= len(places) else None
-
     def _sample_interval(self, job: Job) -> float:
         cads = [c for n in job.nodes if (nv := self.state.nvml.get(n)) is not None and (c := nv.cadence())]
         return max(5.0, min(cads)) if cads else 30.0
@@ -304,9 +319,8 @@ class TrainingRules:
     def _on_checkpoint_saved(self, e: ev.Event, b: ev.CheckpointSaved) -> None:
         if not e.job:
             return
-        local = b.path is not None and any(b.path == x or b.path.startswith(x.rstrip("/") + "/")
-                                           for x in self.p.checkpoints.node_local_prefixes)
-        self.state.job_progress(e.job).on_checkpoint_saved(e.ts, b.step, b.path, e.node, local, b.seconds)
+        self.state.job_progress(e.job).on_checkpoint_saved(e.ts, b.step, b.path, e.node, self._node_local(b.path),
+                                                           b.seconds)
         for cat in ("checkpoint_failure", "checkpoint_stale"):
             inc = self.state.condition(e.job, None, cat)
             if inc is not None and inc.state not in DONE:
@@ -331,10 +345,16 @@ class TrainingRules:
     def _on_checkpoint_loaded(self, e: ev.Event, b: ev.CheckpointLoaded) -> None:
         if not e.job or b.step is None:
             return
-        self.state.job_progress(e.job).checkpoints.on_loaded(b.step, b.path)
+        # loaded, it is proven readable: a restart point of this run even if its save was never seen
+        self.state.job_progress(e.job).checkpoints.on_loaded(b.step, b.path, e.ts, e.node, self._node_local(b.path))
         inc = self.state.failure_of(e.job)
         if inc is not None and inc.state == "verifying":
             inc.restored_step = b.step
+
+    def _node_local(self, path: str | None) -> bool:
+        """Written under a node-local prefix of the policy: it lives and dies with its node."""
+        return path is not None and any(path == x or path.startswith(x.rstrip("/") + "/")
+                                        for x in self.p.checkpoints.node_local_prefixes)
 
     def arm_stale(self, job: str, now: datetime) -> None:
         """(Re)start the wait for the job's next good checkpoint (when its policy names an interval)."""

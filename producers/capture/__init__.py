@@ -32,7 +32,7 @@ source          required                            events
 inventory       node, gpus                          Inventory
 kernel          node, line                          Xid / GpuLost / KernelFault, or none
 nvml            node, gpu (an id), metrics          GpuSample
-framework       job, line                           NcclTimeout / ... / AppError, or none
+framework       job, line                           NcclTimeout / ... / AppError / LaunchConfig, or none
 torchelastic    job, exitcode                       WorkerExit [+ the error's class]
 scheduler       event (+ job or node)               JobStarted / JobEnded / NodeState
 bmc             node, one of power/sel/reachable    BmcPower, BmcSel, BmcUnreachable

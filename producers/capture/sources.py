@@ -177,7 +177,7 @@ _TRAINER: dict[str, tuple[type[BaseModel], tuple[str, ...]]] = {
     "checkpoint_saved": (CheckpointSaved, ("step", "path", "bytes", "seconds")),
     "checkpoint_failed": (CheckpointFailed, ("step", "path", "error")),
     "checkpoint_loaded": (CheckpointLoaded, ("step", "path")),
-    "heartbeat": (TrainerHeartbeat, ()),
+    "heartbeat": (TrainerHeartbeat, ("step", "in_step_s")),
 }
 
 

@@ -1,4 +1,5 @@
-"""Classify what a training process writes: PyTorch, NCCL and CUDA messages.
+"""Classify what a training process writes: PyTorch, NCCL and CUDA messages (and, for a line, the
+torchelastic launch configuration: :mod:`producers.framework.launch_config`).
 
 One function, :func:`classify_message`, reads either a single output line or
 a whole message (a torchelastic error file's ``message``, a Python traceback)
@@ -21,7 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from streams.events import AppError, CudaError, CudaOom, NcclError, NcclProgress, NcclTimeout
+from producers.framework.launch_config import parse_launch_config
+from streams.events import AppError, CudaError, CudaOom, LaunchConfig, NcclError, NcclProgress, NcclTimeout
 
 __all__ = ["FrameworkBody", "classify_message", "parse_framework_line"]
 
@@ -176,6 +178,8 @@ def classify_message(text: str) -> FrameworkBody | None:
     return None
 
 
-def parse_framework_line(line: str) -> FrameworkBody | None:
-    """Parse one line written by a training process; ``None`` for non-error lines."""
-    return classify_message(line.rstrip("\r\n"))
+def parse_framework_line(line: str) -> FrameworkBody | LaunchConfig | None:
+    """Parse one line written by a training process: what went wrong, else the launcher's configuration
+    (:mod:`producers.framework.launch_config`); ``None`` for other lines."""
+    text = line.rstrip("\r\n")
+    return classify_message(text) or parse_launch_config(_strip_launcher(text))

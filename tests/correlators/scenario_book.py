@@ -548,11 +548,12 @@ def loss_nan() -> tuple[Capture, dict[str, Any]]:
 # --- sizes, neighbours, loops, budgets, storms -----------------------------------------------------
 @scenario
 def elastic_shrinks_by_one_gpu() -> tuple[Capture, dict[str, Any]]:
+    """A GPU lost of two nodes of 8: the launcher forms whole nodes of 8, so one node's worth (8), not 15."""
     cap = fleet("n1", "n2").job("el", ["n1", "n2"], elastic=(8, 16))
     cap.xid(900, "n2", 1, 79).crash(901, "el", rank=9)
     return cap, expect(
         incidents=[{"job": "el", "category": "gpu_off_bus", "culprit_node": "n2", "culprit_gpus": [1]}],
-        must=[restart("el", excludes_gpu=["n2", 1], gpus_min=15, gpus_max=15)],
+        must=[restart("el", excludes_gpu=["n2", 1], gpus_min=8, gpus_max=8)],
     )
 
 
@@ -568,12 +569,13 @@ def elastic_loses_a_node() -> tuple[Capture, dict[str, Any]]:
 
 @scenario
 def elastic_floor_holds() -> tuple[Capture, dict[str, Any]]:
-    """Losing more than the job can shrink: ask for the minimum, never below it."""
+    """Losing more than the job can shrink: ask for the minimum, never below it -- in whole nodes of 8, the
+    fewest that hold 12 GPUs: 16."""
     cap = fleet("n1", "n2", "n3", duration=1800).job("el", ["n1", "n2"], elastic=(12, 16))
     cap.sel(899, "n2", "memory").silence(900, "n2").bmc_power(930, "n2")
     return cap, expect(
         incidents=[{"job": "el", "category": "node_hardware_fault", "culprit_node": "n2"}],
-        must=[restart("el", excludes_node="n2", gpus_min=12, gpus_max=12)],
+        must=[restart("el", excludes_node="n2", gpus_min=16, gpus_max=16)],
     )
 
 
@@ -1039,5 +1041,6 @@ def clock_skew_heartbeats_ahead_late_xid() -> tuple[Capture, dict[str, Any]]:
 
 # The books of our later issues register into SCENARIOS too (they import the helpers above).
 import scenario_book_gate  # noqa: E402,F401
+import scenario_book_judgement  # noqa: E402,F401
 import scenario_book_node_fault  # noqa: E402,F401
 import scenario_book_recovery  # noqa: E402,F401

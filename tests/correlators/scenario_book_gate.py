@@ -517,13 +517,13 @@ def _asks_for_class(cls: str, count: int) -> Any:
 
 @scenario
 def restart_asks_for_the_jobs_gpu_class() -> S:
-    """An elastic A100 job loses a GPU: the restart asks for A100s, one fewer."""
+    """An elastic A100 job loses a GPU: the restart asks for A100s, one whole node (of 8) fewer."""
     cap = fleet("n1", "n2", "n3").job("el", ["n1", "n2"], elastic=(8, 16), gpu_class="A100-40GB")
     cap.xid(900, "n2", 3, 79).crash(901, "el", rank=11)
     return cap, expect(
         incidents=[{"job": "el", "category": "gpu_off_bus", "culprit_node": "n2", "culprit_gpus": [3]}],
-        must=[restart("el", excludes_gpu=["n2", 3], gpus_min=15, gpus_max=15)],
-        _check=_asks_for_class("A100-40GB", 15),
+        must=[restart("el", excludes_gpu=["n2", 3], gpus_min=8, gpus_max=8)],
+        _check=_asks_for_class("A100-40GB", 8),
     )
 
 

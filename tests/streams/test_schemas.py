@@ -33,6 +33,7 @@ BODIES: list[ev.Body] = [
     ev.CudaOom(gpu_index=5),
     ev.AppError(exception="ValueError", message="bad batch"),
     ev.WorkerExit(exitcode=-6, signal="SIGABRT"),
+    ev.LaunchConfig(min_nodes=2, max_nodes=4, nproc_per_node=8),
     ev.JobStarted(allocation=[ev.RankAllocation(node="n1", gpus=[0, 1], ranks=[0, 1])], world_size=2,
                   elastic=ev.Elasticity(min_gpus=1, max_gpus=2),
                   checkpoint=ev.CheckpointPolicy(dir="/ck", interval_s=600), max_restarts=3),
@@ -48,6 +49,7 @@ BODIES: list[ev.Body] = [
     ev.CheckpointFailed(step=610, error="ENOSPC"),
     ev.CheckpointLoaded(step=600),
     ev.TrainerHeartbeat(),
+    ev.TrainerHeartbeat(step=3, in_step_s=412.5),
     ev.EndOfCapture(lines=10),
     ev.OperatorAction(action="release_gpu", gpu=GPU, by="alice", validated_by="dcgmi diag -r 3"),
 ]

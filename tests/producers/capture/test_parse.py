@@ -31,6 +31,7 @@ from streams.events import (
     JobEnded,
     JobStarted,
     KernelFault,
+    LaunchConfig,
     NcclTimeout,
     NodeState,
     TrainerHeartbeat,
@@ -330,6 +331,14 @@ def test_trainer_events() -> None:
         line("trainer", job="j", event="checkpoint_loaded", step=600, path="/c/600")
     ).body == CheckpointLoaded(step=600, path="/c/600")
     assert one(line("trainer", job="j", event="heartbeat")).body == TrainerHeartbeat()
+    assert one(line("trainer", job="j", event="heartbeat", step=12, in_step_s=412)).body == TrainerHeartbeat(
+        step=12, in_step_s=412.0)  # "in step 12 for 412 s": a hang's witness
+    assert "in_step_s" in bad(line("trainer", job="j", event="heartbeat", in_step_s=-1))
+
+
+def test_framework_launch_config_line() -> None:
+    event = one(line("framework", job="el", node="n1", rank=0, line="  nproc_per_node   : 4"))
+    assert event.body == LaunchConfig(nproc_per_node=4)
 
 
 @pytest.mark.parametrize(
