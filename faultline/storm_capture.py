@@ -262,3 +262,22 @@ class StormCapture:
             yield at + 1.0, 6, {"source": "torchelastic", "job": self.job, "node": base["node"], "rank": r,
                                 "exitcode": -6, "error_file": None}
         yield w0 + self.watchdog_spread_s + 2, 7, {"source": "scheduler", "event": "job_failed", "job": self.job}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m faultline.storm_capture OUT.jsonl [--nodes 2048]``: write the capture, then `faultline replay` it."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--nodes", type=int, default=2048, help="nodes of 8 GPUs, all of them the job's")
+    args = ap.parse_args(argv)
+    cap = StormCapture(nodes=args.nodes)
+    n = cap.write(args.out)
+    want = cap.expected()
+    print(f"{n:,} lines; expect gpu_off_bus on {want.node} GPU {want.gpu} ({want.gpu_uuid}), one restart_job of "
+          f"{want.gpus:,} GPUs from step {want.checkpoint_step}")
+
+
+if __name__ == "__main__":
+    main()
