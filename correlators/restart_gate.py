@@ -38,7 +38,8 @@ still change a verdict, bounded by ``gate.max_wait_s`` after it opened; hardware
 then is excluded (``no_verdict``), never included. While it waits the incident says so
 ("waiting for a verdict on n05: heartbeat due by 01:21:13Z"); the restart says what it excluded
 and why. A word from hardware the gate waits on wakes it (:func:`hear`), so healthy hardware
-costs no more than its next report.
+costs no more than its next report -- at once when it is the last node waited on, else at most once
+per :data:`LOOK_AGAIN`, since one look judges the whole allocation.
 """
 
 from __future__ import annotations
