@@ -55,3 +55,4 @@ class GateRound:
     shown: str = ""  # the waiting text the incident last published
     passed: bool = False
     restarted: bool = False  # the round ended with a restart (what ``excluded`` says it left out)
+    looked: Instant | None = None  # when the gate last judged the allocation (restart_gate.LOOK_AGAIN)

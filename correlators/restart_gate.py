@@ -38,7 +38,8 @@ still change a verdict, bounded by ``gate.max_wait_s`` after it opened; hardware
 then is excluded (``no_verdict``), never included. While it waits the incident says so
 ("waiting for a verdict on n05: heartbeat due by 01:21:13Z"); the restart says what it excluded
 and why. A word from hardware the gate waits on wakes it (:func:`hear`), so healthy hardware
-costs no more than its next report.
+costs no more than its next report -- at once when it is the last node waited on, else at most once
+per :data:`LOOK_AGAIN`, since one look judges the whole allocation.
 """
 
 from __future__ import annotations
@@ -86,9 +87,19 @@ def human(t: datetime) -> str:
     return f"{t.astimezone(UTC):%H:%M:%S}Z"
 
 
+LOOK_AGAIN = timedelta(seconds=2)
+"""How often reports may wake a gate. One look judges the whole allocation (every node and GPU), so a
+gate woken by every report of a 2,048-node job (16,384 GPUs' samples, 2,048 heartbeats) would cost the
+square of the job's size. A report wakes it at once when it comes from the only node the gate still
+waits on, or when the gate last looked this long ago or more; else this long after that look. While
+reports stream in that is one look per window, whatever the size, and the restart goes out at most
+this much after the last verdict it waited for (at once when that verdict is its last node's)."""
+
+
 def hear(state: EngineState, node: str, detector: Detector, ts: datetime, gpu: int | None = None) -> None:
     """A report from ``node`` (its heartbeat, its BMC, an NVML sample of ``gpu``): every open gate that
-    watches the node records it, and one waiting on that node looks again now."""
+    watches the node records it, and one waiting on that node looks again: now, or (while it still waits
+    on other nodes too) :data:`LOOK_AGAIN` after its last look if that was more recent."""
     refs = state.gate_watch.get(node)
     if not refs:
         return
@@ -107,10 +118,15 @@ def hear(state: EngineState, node: str, detector: Detector, ts: datetime, gpu: i
         elif gpu is not None:
             on = gate.heard_nvml.setdefault(node, {})
             on[gpu] = max(ts, on.get(gpu, ts))
-        if any(w.node == node for w in gate.waiting) and state.clock is not None:
-            due = state.timers.due("settle", (inc.id,))
-            if due is not None and due > state.clock:
-                state.timers.arm("settle", (inc.id,), state.clock)
+        if state.clock is None:
+            continue
+        look = state.clock
+        last = gate.waiting[0].node == node == gate.waiting[-1].node if gate.waiting else False  # (sorted by node)
+        if gate.looked is not None and not last:
+            look = max(state.clock, gate.looked + LOOK_AGAIN)
+        due = state.timers.due("settle", (inc.id,))
+        if due is not None and due > look and any(w.node == node for w in gate.waiting):
+            state.timers.arm("settle", (inc.id,), look)
     if not refs:
         del state.gate_watch[node]
 
@@ -177,6 +193,7 @@ class GateJudge:
         gate = inc.gate
         if gate is None or gate.passed:
             return GateDecision(ready=True)
+        gate.looked = now
         verdicts = self.verdicts(gate, now, inc.category not in HARDWARE_CATEGORIES)
         waits = [w for v in verdicts if v.verdict == "pending" for w in v.waits]
         if waits and now < gate.bound:

@@ -1,14 +1,23 @@
-"""A 16,384-GPU cell's worst minute, live: the steady load, a collective-timeout storm, XIDs, a takeover.
+"""A 16,384-GPU cell's worst minutes, live: the steady load, one GPU off the bus, the storm, the restart.
 
 One real worker (live clock, snapshots on) judges a cell of :mod:`faultline.bench.cell` published
-record by record at the wall times its agents would send them: the start (inventory, the job), the
-steady load of the cell (~4,400 events/s), then the storm (every rank's watchdog lines and every
-worker's failure within ``storm_s``), then the steady load again. XID 79s on GPUs of spare nodes
+record by record at the wall times its agents would send them: the start (inventory, the job, its
+checkpoint loaded: it resumes mid-life, a checkpoint saved), the steady load of the cell (~4,400
+events/s), then the real storm -- the shape of :mod:`faultline.storm_capture`: a GPU of the job
+falls off the bus (XID 79, its rank's CUDA error), ``watchdog_after_s`` later every other rank's
+two watchdog lines and every worker's failure within ``storm_s``, the scheduler's ``job_failed`` --
+then the steady load again while the restart gate judges the whole allocation. When the
+``restart_job`` command comes the scheduler relaunches the job (a spare node in for the failed one)
+and steps go on. Every record published is measured (the largest, per topic), and the restart
+checked: the right GPU excluded, every GPU of the job requested. XID 79s on GPUs of spare nodes
 are injected during the steady load (``steady`` latency) and during the storm (``storm`` latency),
 and one just after the storm's last record: its command arrives once the worker has judged the
 whole backlog, so its latency is how long the backlog took to drain after the storm ended.
 Latency is from handing the XID's record to the producer to its quarantine command being readable
 on the commands topic.
+
+First signal -> ``restart_job`` is reported in event time (the command's ``issued_at`` less the
+XID's) and in wall time (the XID's record handed over to the command readable).
 
 Then the state: the worker's resident memory holding the cell, the newest snapshot's size on the
 snapshot topic, and a takeover -- the worker is stopped, a successor starts, restores the
@@ -30,6 +39,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
+from common.kafka_reader import read_topic
 from common.settings import Settings
 from correlators.snapshot_topic import read_latest_snapshot, snapshot_topic_name
 from faultline.bench.cell import Cell, Record
@@ -50,7 +60,9 @@ class StormSizes:
         self.steady_xids = 3 if quick else 20
         self.storm_s = 5.0
         self.storm_xids = 3 if quick else 20
-        self.tail_s = 3 if quick else 12
+        self.watchdog_after_s = 3.0 if quick else 60.0  # XID 79 on the job's GPU -> the other ranks' watchdogs
+        self.tail_s = 35 if quick else 60  # the steady load goes on: the restart gate hears the allocation
+        self.restart_wait_s = 60 if quick else 420  # gate.max_wait_s (300) and the settle window, with room
 
 
 def _say(msg: str) -> None:
@@ -76,6 +88,7 @@ class _Commands(threading.Thread):
         self.c = Consumer({**conf, "group.id": f"bench-{uuid.uuid4().hex}", "auto.offset.reset": "latest"})
         self.c.subscribe([topic])
         self.arrived: dict[str, float] = {}
+        self.restarts: list[tuple[float, Command]] = []
         self.stop = threading.Event()
         self.ready = threading.Event()
 
@@ -89,6 +102,8 @@ class _Commands(threading.Thread):
             cmd = Command.model_validate_json(m.value() or b"")
             if cmd.type == "quarantine_gpu" and cmd.target.node:
                 self.arrived.setdefault(cmd.target.node, time.monotonic())
+            elif cmd.type == "restart_job":
+                self.restarts.append((time.monotonic(), cmd))
         self.c.close()
 
 
@@ -169,16 +184,26 @@ def storm(settings: Settings, bootstrap: str, conf: dict[str, Any], ns: str, siz
         # Every record is made and encoded before the first is sent (stamped with the wall time it is due),
         # so the sender only hands bytes over: the load arrives when it should, not when this process
         # finds the CPU to make it (about 0.1 s per second of the cell's load, and a second for the storm).
-        span = sizes.warm_s + 0.5 * sizes.steady_xids + 2 + sizes.storm_s + sizes.tail_s
+        span = sizes.warm_s + 0.5 * sizes.steady_xids + 2 + sizes.watchdog_after_s + sizes.storm_s + sizes.tail_s
         lead = 3.0 + 0.25 * span * cell.nodes / 2048
         mono0, wall0 = time.monotonic() + lead, datetime.now(UTC) + timedelta(seconds=lead)
         for r in cell.start(wall0):
             send.plan(mono0, r)
-        spare = iter(range(cell.spare_nodes))
+        resumed = 1_200_000
+        send.plan(mono0 + 0.5, cell.resumed(_wall(mono0 + 0.5, mono0, wall0), resumed))
+        saved_step = resumed + 10 * int(sizes.warm_s / 2)
+        send.plan(mono0 + sizes.warm_s / 2, cell.saved(_wall(mono0 + sizes.warm_s / 2, mono0, wall0), saved_step))
+        spare = iter(range(cell.spare_nodes - 1))  # the last spare is where the relaunch goes
         t_probe = mono0 + sizes.warm_s
-        t_storm = t_probe + 0.5 * sizes.steady_xids + 2
+        t_fault = t_probe + 0.5 * sizes.steady_xids + 1
+        t_storm = t_fault + sizes.watchdog_after_s
+        t_failed = t_storm + sizes.storm_s + 0.5
         t_after = t_storm + sizes.storm_s + 0.01
         t_end = t_after + sizes.tail_s
+        bad_node, bad_gpu = cell.nodes // 3, 5
+        for k, r in enumerate(cell.fault(_wall(t_fault, mono0, wall0), bad_node, bad_gpu)):
+            send.plan(t_fault + 1.5 * k, r, "fault" if k == 0 else "")
+        send.plan(t_failed, cell.failed(_wall(t_failed, mono0, wall0)))
 
         def xid_at(at: float) -> str:
             tag = cell.spare_name(next(spare))
@@ -191,11 +216,12 @@ def storm(settings: Settings, bootstrap: str, conf: dict[str, Any], ns: str, siz
         steady_events = seconds = 0
         while mono0 + 1 + seconds <= t_end:
             at = mono0 + 1 + seconds
-            for i, r in enumerate(cell.steady_tick(seconds, _wall(at, mono0, wall0))):
+            for i, r in enumerate(cell.steady_tick(seconds, _wall(at, mono0, wall0), steps=at < t_fault)):
                 send.plan(at + 0.9 * i / cell.nodes, r)  # the agents spread over the second
                 steady_events += len(r.events)
             seconds += 1
-        storm_records = list(cell.storm(_wall(t_storm, mono0, wall0), seconds=sizes.storm_s))
+        hung = bad_node * cell.gpus_per_node + bad_gpu
+        storm_records = list(cell.storm(_wall(t_storm, mono0, wall0), seconds=sizes.storm_s, hung_rank=hung))
         storm_events = sum(len(r.events) for r in storm_records)
         for r in storm_records:
             send.plan(t_storm + (r.at - _wall(t_storm, mono0, wall0)).total_seconds(), r)
@@ -218,12 +244,54 @@ def storm(settings: Settings, bootstrap: str, conf: dict[str, Any], ns: str, siz
         _say(f"steady p99 {out['steady_detect_to_command_ms'].get('p99')} ms; storm of "
              f"{storm_events:,} events: p99 {out['storm_detect_to_command_ms'].get('p99')} ms, backlog drained "
              f"{out['storm_backlog_drained_after_s']} s after it")
+        out.update(_restart(cell, send, cmds, sizes, (bad_node, bad_gpu), _wall(t_fault, mono0, wall0), saved_step))
         out["worker_rss_mib"] = _rss_mib(worker.proc.pid)
         out.update(_takeover(settings, bootstrap, conf, ns, worker, cell, send, cmds, next(spare)))
+        out["largest_record_bytes"] = _largest(conf, ns)
+        _say(f"largest records published: {out['largest_record_bytes']}")
     finally:
         cmds.stop.set()
         worker.stop()
     return out
+
+
+def _restart(cell: Cell, send: _Sender, cmds: _Commands, sizes: StormSizes, bad: tuple[int, int],
+             fault_at: datetime, step: int) -> dict[str, Any]:
+    """Wait for the job's ``restart_job`` (the gate judging 2,048 nodes), check it, then relaunch the job as
+    the scheduler would (the failed node's place taken by a spare) and let its steps go on."""
+    deadline = send.sent_at.get("fault", time.monotonic()) + sizes.restart_wait_s
+    while time.monotonic() < deadline and not cmds.restarts:
+        time.sleep(0.1)
+    if not cmds.restarts:
+        _say(f"no restart_job within {sizes.restart_wait_s}s of the XID")
+        return {"restart_job": None}
+    arrived, cmd = cmds.restarts[0]
+    node, gpu = cell.node_name(bad[0]), bad[1]
+    excluded = cmd.params.get("exclude") or {}
+    now = datetime.now(UTC)
+    send.plan(time.monotonic(), cell.relaunch(now, cell.nodes // 3))
+    send.plan(time.monotonic() + 1, cell.resumed(now + timedelta(seconds=1), step))
+    for k in range(3):
+        send.plan(time.monotonic() + 2 + k, cell.step(now + timedelta(seconds=2 + k), step + 10 * (k + 1)))
+    send.run_until(time.monotonic() + 5)
+    send.p.flush(10)
+    out = {
+        "first_signal_to_restart_event_s": round((cmd.issued_at - fault_at).total_seconds(), 2),
+        "first_signal_to_restart_wall_s": round(arrived - send.sent_at["fault"], 2) if "fault" in send.sent_at else None,
+        "restart_job": {"gpus": cmd.params.get("gpus"), "checkpoint_step": (cmd.params.get("checkpoint") or {}).get("step"),
+                        "excluded_nodes": len(excluded.get("nodes", [])), "excluded_gpus": len(excluded.get("gpus", [])),
+                        "excludes_failed_gpu": node in excluded.get("nodes", []) or cell.uuid(node, gpu) in
+                        excluded.get("gpus", []), "restarts": len(cmds.restarts)},
+    }
+    _say(f"restart_job {out['first_signal_to_restart_event_s']} s after the XID in event time, "
+         f"{out['first_signal_to_restart_wall_s']} s in wall time: {out['restart_job']}")
+    return out
+
+
+def _largest(conf: dict[str, Any], ns: str) -> dict[str, int]:
+    """The largest record on each topic the correlator publishes to (bytes)."""
+    return {t: max((len(v) for v in read_topic(conf, topic_name(ns, t))), default=0)
+            for t in ("incidents", "commands", "deadletters", "control")}
 
 
 def _spare_xid(cell: Cell, node: str, t: datetime) -> Record:

@@ -29,3 +29,10 @@ def test_quick_bench_prints_every_field_as_its_last_line(kafka_bootstrap: str, t
     assert summary["goodput"]["faultline_lost_gpu_hours"] < summary["goodput"]["baseline_lost_gpu_hours"]
     assert "assumptions" in summary["goodput"]
     assert "bench: 6/6" in done.stderr  # progress is shown
+    storm = summary["storm"]  # the real storm: XID 79 on the job, every rank's watchdog, the restart gate
+    assert storm["restart_job"]["gpus"] == storm["gpus"] and storm["restart_job"]["excludes_failed_gpu"]
+    assert storm["restart_job"]["restarts"] == 1
+    assert all(storm[f] is not None for f in ("first_signal_to_restart_event_s", "first_signal_to_restart_wall_s",
+                                                "storm_backlog_drained_after_s", "worker_rss_mib", "snapshot_bytes",
+                                                "takeover_restore_and_catch_up_s"))
+    assert 0 < max(storm["largest_record_bytes"].values())
