@@ -10,8 +10,10 @@ service       grants (``ns`` = the namespace, ``app`` = ``faultline-correlator.<
 ============  ===================================================================================
 agent         write ``events``, ``deadletters`` (node agents, scheduler sources, Slurm hooks); read
               them (no group): after a crash the spool reads back what it had delivered unrecorded
-operator      write ``events`` (quarantine/release), ``approvals`` (approve/deny); read
-              ``commands`` (an approval names the exact content it approves)
+operator      write ``events`` (quarantine/release, signed with an operator key: the correlator
+              ignores unsigned ones, so an agent's credential cannot release hardware),
+              ``approvals`` (approve/deny); read ``commands`` (an approval names the exact
+              content it approves). Operators run as their own principal, never an agent's
 correlator    read ``events``; write ``incidents``, ``commands``, ``deadletters``, ``control``;
               create/read/write its Faust topics ``app-emitted-changelog`` (and alter it: it
               grows with ``events``), ``app-snapshots`` (its state snapshots; grown

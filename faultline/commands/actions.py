@@ -93,6 +93,7 @@ def _operator_action(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.preflight import ensure_broker
     from producers.delivery import EventPublisher
     from streams.events import Event, GpuRef, OperatorAction
+    from streams.signing import sign_operator_action
 
     node, _, gpu = args.hardware.partition(":")
     if not node:
@@ -100,13 +101,23 @@ def _operator_action(args: argparse.Namespace, settings: Settings) -> int:
     ref = (GpuRef(index=int(gpu)) if gpu.isdigit() else GpuRef(uuid=gpu)) if gpu else None
     action = "cordon_node" if args.cmd == "quarantine" and ref is None else (
         "quarantine_gpu" if args.cmd == "quarantine" else "release_gpu")
-    by = args.by or getpass.getuser()
+    keys = settings.operators()
+    by = args.by or (keys.active if keys else getpass.getuser())
+    if keys is not None and by != keys.active:
+        print(f"faultline {args.cmd}: --by {by} is not the key id of your operator key ({keys.active}): an "
+              "action is signed as the person whose key signs it", file=sys.stderr)
+        return 1
     body = OperatorAction(action=action, gpu=ref, by=by, reason=args.reason,
                           validated_by=getattr(args, "validated_by", None))
     cell = args.cell or settings.cell
     bootstrap = ensure_broker(settings)
     pub = EventPublisher(settings.kafka_config(bootstrap), settings.namespace, cell)
     event = Event(id=f"operator-{uuid.uuid4().hex}", ts=datetime.now(UTC), source="operator", node=node, body=body)
+    if keys is not None:
+        event = sign_operator_action(event, keys, namespace=settings.namespace, cluster=settings.cluster)
+    else:
+        print(f"faultline {args.cmd}: FAULTLINE_OPERATOR_KEYS is unset: this action is unsigned, and a correlator "
+              "in production ignores it", file=sys.stderr)
     pub.publish([event])
     pub.flush()
     if args.json:

@@ -136,3 +136,28 @@ def test_a_result_is_signed_by_an_executor_key() -> None:
     assert verify_result(result, executors) == "unsigned"
     forged = sign_result(result, executors).model_copy(update={"command": "cmd-2"})
     assert verify_result(forged, executors) == "bad signature (tampered with?)"
+
+
+def test_an_operator_action_is_signed_over_the_whole_event_by_the_key_whose_id_is_who() -> None:
+    """Issue 27: a quarantine or release on the events topic is a person's only when an operator key signed it."""
+    from streams.batch import decode_record
+    from streams.events import Event, GpuRef, OperatorAction
+    from streams.signing import sign_operator_action, verify_operator_action
+
+    alice = SigningKeys.parse("alice:alice-secret-0123456789")
+    event = Event(id="operator-1", ts=NOW, source="operator", node="gpu-007",
+                  body=OperatorAction(action="release_gpu", gpu=GpuRef(index=0), by="someone", validated_by="dcgmi"))
+    signed = sign_operator_action(event, alice, namespace="prod", cluster="east")
+    assert signed.body.by == "alice" and signed.body.signature.startswith("hmac-sha256:alice:")  # type: ignore[union-attr]
+    wire = decode_record(signed.model_dump_json().encode()).events[0]  # as the correlator reads it
+    assert verify_operator_action(wire, alice, namespace="prod", cluster="east") == ("alice", None)
+    assert verify_operator_action(event, alice) == (None, "unsigned")
+    for field, value in (("node", "gpu-008"), ("ts", NOW + timedelta(seconds=1)), ("id", "operator-2")):
+        assert verify_operator_action(signed.model_copy(update={field: value}), alice) == \
+            (None, "bad signature (tampered with?)"), field
+    says_bob = signed.model_copy(update={"body": signed.body.model_copy(update={"by": "bob"})})
+    assert verify_operator_action(says_bob, alice)[1] == "bad signature (tampered with?)"
+    assert verify_operator_action(signed, alice, namespace="dev")[1] == \
+        "signed for namespace 'prod', not this correlator's 'dev'"
+    assert verify_operator_action(signed, SigningKeys.parse("bob:bob-secret-0123456789abc"))[1] == \
+        "unknown operator key 'alice'"
