@@ -72,6 +72,7 @@ from faust.types import TP
 from common.heap import tune_for_streaming
 from common.kafka_admin import ensure_topic, grow_topic, topic_partitions, topic_replication
 from common.settings import Settings
+from common.terminal_safe import install_safe_log_records
 from correlators.broker_auth import faust_credentials
 from correlators.commit_limit import CommitLimit
 from correlators.consumer_acks import ConsumerAcks
@@ -201,6 +202,7 @@ def make_app(settings: Settings) -> faust.App:
 
 def main() -> None:
     """``python -m correlators.app worker ...``: build the app for ``FAULTLINE_*`` and run Faust's command line."""
+    install_safe_log_records()  # a log line quoting an event's text never acts on a terminal showing the log
     try:
         app = make_app(Settings())
     except Exception as exc:  # a person reads this: say what is wrong and what to do
