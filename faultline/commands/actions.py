@@ -55,16 +55,29 @@ def register(add: Add) -> None:
 
 def _decide(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.preflight import ensure_broker
-    from sinks.executors.approvals import find_command, send_decision
-    from streams.decisions import Approval
-    from streams.signing import approval_for, sign_approval
+    from sinks.executors.approvals import find_held_command, send_decision
+    from streams.decisions import Approval, Command, CommandResult
+    from streams.signing import approval_for, sign_approval, verify, verify_result
 
     conf = settings.kafka_config(ensure_broker(settings))
+    commands, executors = settings.signing(), settings.executors()
+
+    def signed(c: Command) -> str | None:  # the MAC itself, where this host holds the command keys
+        return verify(c, commands, datetime.now(UTC), namespace=settings.namespace, cluster=settings.cluster) \
+            if commands is not None else None
+
+    def reported(r: CommandResult) -> str | None:
+        return verify_result(r, executors) if executors is not None else None
+
     try:
-        cmd = find_command(conf, settings.namespace, args.id)
+        found = find_held_command(conf, settings.namespace, args.id, check=signed, check_result=reported)
     except LookupError as exc:
         print(f"faultline {args.cmd}: {exc}", file=sys.stderr)
         return 1
+    cmd = found.command
+    for digest, why in found.ignored:
+        print(f"faultline {args.cmd}: ignored another record under the id {cmd.id} ({digest[:19]}...): {why}; "
+              "someone other than the correlator wrote it: report it", file=sys.stderr)
     keys = settings.operators()
     by = args.by or (keys.active if keys else getpass.getuser())
     if keys is not None and by != keys.active:

@@ -49,7 +49,7 @@ from typing import Literal, Protocol
 
 from prometheus_client import Counter
 
-from sinks.executors.approvals import ApprovalBook
+from sinks.executors.approvals import HELD, ApprovalBook
 from sinks.executors.breaker import CircuitBreaker
 from sinks.executors.ledger import Entry, ResultLedger
 from sinks.executors.trust import Trust
@@ -156,7 +156,7 @@ class Executor:
             if decision is None:
                 result = self._result(cmd.id, "waiting_approval", now,
                                       f"{cmd.type} needs a person's approval: faultline approve {cmd.id} "
-                                      f"(or faultline deny {cmd.id})")
+                                      f"(or faultline deny {cmd.id}); {HELD}{content_hash(cmd)}")
                 self.ledger.hold(cmd, result)
                 return result
             if decision.decision == "deny":
