@@ -70,6 +70,7 @@ from correlators.rules.verification import VerificationRules
 from correlators.state import Decision, EngineState
 from correlators.timers import TimerKey, TimerName
 from streams import events as ev
+from streams.event_identity import identity
 
 __all__ = ["CONTROL", "Correlator", "Decision", "IGNORED", "contract_kinds"]
 
@@ -139,7 +140,7 @@ class Correlator:
         body = event.body
         if isinstance(body, ev.OperatorAction) and self.operators.signed_by(event)[1] is not None:
             return []
-        if not self.state.seen.add(event.id):
+        if not self.state.seen.add(identity(event)):  # source, id and content (streams/event_identity.py)
             return []
         if isinstance(body, ev.EndOfCapture):
             return self.finish()
