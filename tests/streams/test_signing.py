@@ -161,3 +161,19 @@ def test_an_operator_action_is_signed_over_the_whole_event_by_the_key_whose_id_i
         "signed for namespace 'prod', not this correlator's 'dev'"
     assert verify_operator_action(signed, SigningKeys.parse("bob:bob-secret-0123456789abc"))[1] == \
         "unknown operator key 'alice'"
+
+
+def test_integer_fields_refuse_floats_so_8_and_8_0_cannot_both_be_read() -> None:
+    """Issue 27 item 6: `8` and `8.0` have one canonical form; the schema takes only the integer."""
+    from pydantic import ValidationError
+
+    from streams.canonical import canonical_json
+    from streams.events import Event
+
+    good = '{"id":"e1","ts":"2026-11-29T12:00:00Z","source":"trainer","node":"n1","rank":8,' \
+           '"body":{"kind":"train_step","step":8}}'
+    assert Event.model_validate_json(good).rank == 8
+    for bad in (good.replace('"rank":8', '"rank":8.0'), good.replace('"step":8', '"step":8.0')):
+        with pytest.raises(ValidationError, match="integer"):
+            Event.model_validate_json(bad)
+    assert canonical_json({"n": 8}) == canonical_json({"n": 8.0})  # why the schema must decide
