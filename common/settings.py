@@ -119,9 +119,10 @@ class Settings(BaseSettings):
         "HMAC-SHA256, with namespace, cluster and expiry); executors refuse unsigned, tampered, unknown-key, "
         "expired and other-scope ones. Required by workers and executors unless FAULTLINE_DEV_MODE.")
     operator_keys: SecretStr | None = Field(
-        None, description=f"Approval keys, {_KEY_FORMAT}; the key id is the person. `faultline approve`/`deny` "
-        "sign with the first; executors accept decisions signed by any (one key per operator). Required by "
-        "executors unless FAULTLINE_DEV_MODE.")
+        None, description=f"Operator keys, {_KEY_FORMAT}; the key id is the person. `faultline approve`/`deny`/"
+        "`quarantine`/`release` sign with the first; executors accept decisions, and the correlator quarantines "
+        "and releases, signed by any (one key per operator). Required by workers and executors unless "
+        "FAULTLINE_DEV_MODE.")
     executor_keys: SecretStr | None = Field(
         None, description=f"Result keys, {_KEY_FORMAT}. Executors sign every result and learn from the results "
         "topic only what such a key signed. Required by executors unless FAULTLINE_DEV_MODE.")
@@ -228,7 +229,8 @@ class Settings(BaseSettings):
     def required_keys(self, stage: Stage) -> list[str]:
         """The ``FAULTLINE_*`` key settings ``stage`` needs in production."""
         if stage == "worker":
-            return ["FAULTLINE_SIGNING_KEYS"] + (["FAULTLINE_SNAPSHOT_KEY"] if self.snapshot_every_events else [])
+            return ["FAULTLINE_SIGNING_KEYS", "FAULTLINE_OPERATOR_KEYS"] + (
+                ["FAULTLINE_SNAPSHOT_KEY"] if self.snapshot_every_events else [])
         return ["FAULTLINE_SIGNING_KEYS", "FAULTLINE_OPERATOR_KEYS", "FAULTLINE_EXECUTOR_KEYS"]
 
     def require_keys(self, stage: Stage) -> list[str]:

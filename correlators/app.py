@@ -71,7 +71,9 @@ from faust.types import TP
 
 from common.heap import tune_for_streaming
 from common.kafka_admin import ensure_topic, grow_topic, topic_partitions, topic_replication
+from common.private import private_dir, private_umask
 from common.settings import Settings
+from common.terminal_safe import install_safe_log_records
 from correlators.broker_auth import faust_credentials
 from correlators.commit_limit import CommitLimit
 from correlators.consumer_acks import ConsumerAcks
@@ -201,8 +203,12 @@ def make_app(settings: Settings) -> faust.App:
 
 def main() -> None:
     """``python -m correlators.app worker ...``: build the app for ``FAULTLINE_*`` and run Faust's command line."""
+    install_safe_log_records()  # a log line quoting an event's text never acts on a terminal showing the log
+    private_umask()  # its local state (Faust's tables, logs) is this user's alone (common/private.py)
     try:
-        app = make_app(Settings())
+        settings = Settings()
+        private_dir(settings.data_dir)
+        app = make_app(settings)
     except Exception as exc:  # a person reads this: say what is wrong and what to do
         print(f"faultline worker: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -53,6 +53,7 @@ from typing import get_args
 
 from correlators.incident_state import OpenIncident
 from correlators.lifecycle import IncidentLifecycle
+from correlators.operator_trust import OperatorTrust
 from correlators.planner import Planner
 from correlators.policy import Policy
 from correlators.quarantine_ledger import QuarantineLedger
@@ -69,6 +70,7 @@ from correlators.rules.verification import VerificationRules
 from correlators.state import Decision, EngineState
 from correlators.timers import TimerKey, TimerName
 from streams import events as ev
+from streams.event_identity import identity
 
 __all__ = ["CONTROL", "Correlator", "Decision", "IGNORED", "contract_kinds"]
 
@@ -90,8 +92,10 @@ def contract_kinds() -> tuple[str, ...]:
 class Correlator:
     """One cell's engine: its state (``state``), its rule sets (``rule_sets``) and their dispatch tables."""
 
-    def __init__(self, policy: Policy, state: EngineState | None = None) -> None:
+    def __init__(self, policy: Policy, state: EngineState | None = None,
+                 operators: OperatorTrust | None = None) -> None:
         self.policy = policy
+        self.operators = operators if operators is not None else OperatorTrust()  # keys None: development
         self.state = state if state is not None else EngineState()
         self._out: list[Decision] = []
         s = self.state
@@ -106,7 +110,7 @@ class Correlator:
         placement = PlacementRules(ctx, life, planner)
         self.rule_sets: tuple[RuleSet, ...] = (
             SchedulerRules(ctx, life, verification, placement, training), LivenessRules(ctx, hardware), hardware,
-            training, recovery, verification, placement, OperatorRules(ctx), lemons)
+            training, recovery, verification, placement, OperatorRules(ctx, self.operators), lemons)
         self.handlers, self.on_timer = _tables(self.rule_sets)
 
     # --- what tests and the worker read --------------------------------------------------
@@ -125,14 +129,19 @@ class Correlator:
 
     def restored(self, state: EngineState) -> Correlator:
         """A new engine under this one's policy holding ``state`` (a snapshot's)."""
-        return Correlator(self.policy, state)
+        return Correlator(self.policy, state, self.operators)
 
     # --- driving ---------------------------------------------------------------------
     def process(self, event: ev.Event) -> list[Decision]:
-        """Apply one event; return the decisions it (and the time it moved past) caused."""
-        if not self.state.seen.add(event.id):
-            return []
+        """Apply one event; return the decisions it (and the time it moved past) caused.
+
+        An operator action no operator key signed for here is not judged at all (it moves no clock and
+        takes no id: :mod:`correlators.operator_trust`); the worker dead-letters it."""
         body = event.body
+        if isinstance(body, ev.OperatorAction) and self.operators.signed_by(event)[1] is not None:
+            return []
+        if not self.state.seen.add(identity(event)):  # source, id and content (streams/event_identity.py)
+            return []
         if isinstance(body, ev.EndOfCapture):
             return self.finish()
         self._advance(event.ts)

@@ -10,8 +10,11 @@ service       grants (``ns`` = the namespace, ``app`` = ``faultline-correlator.<
 ============  ===================================================================================
 agent         write ``events``, ``deadletters`` (node agents, scheduler sources, Slurm hooks); read
               them (no group): after a crash the spool reads back what it had delivered unrecorded
-operator      write ``events`` (quarantine/release), ``approvals`` (approve/deny); read
-              ``commands`` (an approval names the exact content it approves)
+operator      write ``events`` (quarantine/release, signed with an operator key: the correlator
+              ignores unsigned ones, so an agent's credential cannot release hardware),
+              ``approvals`` (approve/deny); read ``commands`` (an approval names the exact
+              content it approves) and ``command-results`` (which content an executor holds).
+              Operators run as their own principal, never an agent's
 correlator    read ``events``; write ``incidents``, ``commands``, ``deadletters``, ``control``;
               create/read/write its Faust topics ``app-emitted-changelog`` (and alter it: it
               grows with ``events``), ``app-snapshots`` (its state snapshots; grown
@@ -117,6 +120,8 @@ def acl_plan(namespace: str, users: Mapping[str, str] | None = None) -> list[Gra
     grant("operator", "topic", topic("events"), ["WRITE"], "faultline quarantine / release")
     grant("operator", "topic", topic("approvals"), ["WRITE"], "faultline approve / deny")
     grant("operator", "topic", topic("commands"), ["READ"], "faultline approve / deny: the content it decides on")
+    grant("operator", "topic", topic("command-results"), ["READ"], "faultline approve / deny: which content an "
+          "executor holds, when forgeries share its id")
 
     grant("correlator", "topic", topic("events"), ["READ"], "judges the cell's events")
     for suffix, why in (("incidents", "its incidents"), ("commands", "its commands (signed)"),

@@ -18,7 +18,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pydantic import ValidationError
 
 from common.kafka_admin import BrokerUnreachable
+from common.private import private_umask
 from common.settings import Settings, describe_settings_error
+from common.terminal_safe import SafeStream
 from faultline.commands import actions, admin, archive, backtest, replay, stages, views
 from faultline.errors import (
     EXIT_BROKEN_PIPE,
@@ -96,6 +98,19 @@ def _error(cmd: str, exc: BaseException) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; whatever it prints reaches the terminal safe (:mod:`common.terminal_safe`), whatever it
+    writes is private (:mod:`common.private`)."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SafeStream(out), SafeStream(err)  # type: ignore[assignment]
+    umask = private_umask()  # whatever it writes (archive, ledger, spool, logs) is this user's alone
+    try:
+        return _main(argv)
+    finally:
+        os.umask(umask)
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)  # a usage error exits 2 here, with argparse's message
     verbose = bool(getattr(args, "verbose", False))
     _configure_logging(verbose)

@@ -10,6 +10,10 @@
 
 Times for people are UTC, marked ``Z``, to the second (``2026-04-22 03:23:20Z``), or to the
 millisecond where the order of entries matters (timelines); :func:`human_time`.
+
+Text from outside never acts on a terminal (:mod:`common.terminal_safe`): every cell and every string a
+console prints has its control characters and bidi overrides written as escapes, rich markup in it is
+not interpreted, and JSON escapes them (``\u001b``, ``\u202e``) while keeping the original text.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from functools import cache
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 from uuid import UUID
+
+from common.terminal_safe import UNSAFE, SafeStream, terminal_safe
 
 if TYPE_CHECKING:  # rich comes with the roles that print tables (the `sink` extra), not with the node agent
     from rich.console import Console
@@ -85,8 +92,9 @@ def to_plain(value: Any) -> Any:
 
 
 def to_json(value: Any) -> str:
-    """One line of strict JSON (no NaN), times in RFC 3339."""
-    return json.dumps(to_plain(value), allow_nan=False, ensure_ascii=False)
+    """One line of strict JSON (no NaN), times in RFC 3339; controls and bidi overrides as ``\\uXXXX``."""
+    text = json.dumps(to_plain(value), allow_nan=False, ensure_ascii=False)
+    return UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)  # JSON escapes the C0 ones, not C1 or bidi
 
 
 @dataclass(frozen=True)
@@ -116,19 +124,31 @@ def cell(value: Any, kind: Kind = "text") -> str:
     if isinstance(value, float):
         return f"{value:,.3f}".rstrip("0").rstrip(".")
     if isinstance(value, list | tuple | set | frozenset):
-        return ", ".join(str(v) for v in value) or "-"
-    return " ".join(str(value).split())  # one line: a newline in a reason must not break the table
+        return terminal_safe(", ".join(str(v) for v in value)) or "-"
+    return terminal_safe(" ".join(str(value).split()))  # one line: a newline in a reason must not break the table
 
 
 def make_console(stderr: bool = False, file: TextIO | None = None) -> Console:
     """A console on standard output (or error): rich at a terminal; plain, unwrapped, uncoloured elsewhere."""
-    from rich.console import Console
-
     stream = file or (sys.stderr if stderr else sys.stdout)
-    probe = Console(file=stream)
+    raw = stream.raw if isinstance(stream, SafeStream) else stream  # rich's own styling must reach a terminal
+    safe = _safe_console()
+    probe = safe(file=raw)
     if probe.is_terminal:
         return probe
-    return Console(file=stream, width=100_000, no_color=True, highlight=False, emoji=False, soft_wrap=True)
+    return safe(file=stream, width=100_000, no_color=True, highlight=False, emoji=False, soft_wrap=True)
+
+
+@cache
+def _safe_console() -> type[Console]:
+    """A rich console that prints every string it is given terminal-safe (tables' cells are safe already)."""
+    from rich.console import Console
+
+    class SafeConsole(Console):
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            super().print(*(terminal_safe(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+    return SafeConsole
 
 
 def print_table(console: Console, title: str, rows: Sequence[Mapping[str, Any]], columns: Iterable[Column],
@@ -138,15 +158,17 @@ def print_table(console: Console, title: str, rows: Sequence[Mapping[str, Any]],
     cells = [[cell(r.get(c.key), c.kind) for c in cols] for r in rows]
     if console.is_terminal:
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(title=title, caption=caption or None, title_justify="left", caption_justify="left")
+        table = Table(title=Text(terminal_safe(title)), caption=Text(terminal_safe(caption)) if caption else None,
+                      title_justify="left", caption_justify="left")
         for c in cols:
             numeric = c.kind in ("number", "percent")
             fixed = c.kind in ("id", "time", "time_ms")
             table.add_column(c.title, justify="right" if numeric else "left", no_wrap=fixed,
                              overflow="fold", min_width=None)
         for line in cells:
-            table.add_row(*line)
+            table.add_row(*(Text(v) for v in line))  # a cell's "[...]" is text, not rich markup
         console.print(table)
         return
     console.print(title, markup=False, highlight=False)

@@ -317,7 +317,8 @@ class OperatorAction(_Model):
     """A person's action on hardware (`faultline quarantine` / `faultline release`), with who and why.
 
     ``release_gpu`` returns hardware to service and needs ``validated_by`` (who or what validated it);
-    without ``gpu`` it releases the whole node (its cordon and its GPUs).
+    without ``gpu`` it releases the whole node (its cordon and its GPUs). The whole event is signed with an
+    operator key for one namespace and cluster (:func:`streams.signing.sign_operator_action`); ``by`` is the key id.
     """
 
     kind: Literal["operator_action"] = "operator_action"
@@ -326,6 +327,9 @@ class OperatorAction(_Model):
     by: str
     reason: str = ""
     validated_by: str | None = None
+    namespace: str | None = None  # under the signature, as a command's are
+    cluster: str | None = None
+    signature: str | None = None
 
 
 # --- control -------------------------------------------------------------------------------

@@ -7,6 +7,11 @@ that parses would make every insert of its batch fail, and a sink that retries
 would stall on it forever. So the schema carries the column's range: a record
 that does not fit is bad input at the parser (or a dead letter at any stage
 that decodes it), never a poisoned batch.
+
+They are strict integers too (issue 27): ``8.0`` is refused, not read as ``8``.
+RFC 8785 writes both as ``8``, so a record whose ``8.0`` was accepted would verify
+under a signature made over ``8``; and a consumer that reads JSON numbers as
+they come (the Slurm backend's GPU count) must never see a float there.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 UINT32_MAX = 2**32 - 1
 
-Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)]
-NonNegInt32 = Annotated[int, Field(ge=0, le=INT32_MAX)]  # ranks: Int32 in the archive, never negative
-Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
-UInt32 = Annotated[int, Field(ge=0, le=UINT32_MAX)]
+Int32 = Annotated[int, Field(strict=True, ge=INT32_MIN, le=INT32_MAX)]
+NonNegInt32 = Annotated[int, Field(strict=True, ge=0, le=INT32_MAX)]  # ranks: Int32 in the archive, never negative
+Int64 = Annotated[int, Field(strict=True, ge=INT64_MIN, le=INT64_MAX)]
+UInt32 = Annotated[int, Field(strict=True, ge=0, le=UINT32_MAX)]

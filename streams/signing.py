@@ -11,6 +11,8 @@ Command         the correlator        FAULTLINE_SIGNING_KEYS     executors: on a
 Approval        an operator           FAULTLINE_OPERATOR_KEYS    executors, before it releases a
                                                                  command; the key id is ``by``
 CommandResult   an executor           FAULTLINE_EXECUTOR_KEYS    executors rebuilding their ledger
+operator_action an operator           FAULTLINE_OPERATOR_KEYS    the correlator, before the ledger
+(an Event)                                                       or a command follows; key id = ``by``
 ==============  ====================  =========================  ==================================
 
 What is signed is the record's canonical JSON (RFC 8785, :mod:`streams.canonical`),
@@ -32,14 +34,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TypeVar
 
 from pydantic import BaseModel
 
-from streams.canonical import content_hash, record_bytes
+from streams.canonical import canonical_json, content_hash, record_bytes
 from streams.decisions import Approval, Command, CommandResult
+from streams.events import Event, OperatorAction
 
 __all__ = [
     "KEY_ID",
@@ -50,10 +53,12 @@ __all__ = [
     "seal",
     "sign",
     "sign_approval",
+    "sign_operator_action",
     "sign_result",
     "signer",
     "verify",
     "verify_approval",
+    "verify_operator_action",
     "verify_result",
 ]
 
@@ -121,7 +126,12 @@ def signer(record: BaseModel, keys: SigningKeys) -> tuple[str | None, str | None
     Never raises: whatever the signature holds (not ASCII, no key id, a MAC of the wrong length),
     the answer is a refusal with a reason.
     """
-    signature = getattr(record, "signature", None)
+    return _check(getattr(record, "signature", None), keys, lambda: canonical_bytes(record))
+
+
+def _check(signature: object, keys: SigningKeys, covered: Callable[[], bytes],
+           unknown: str = "signing key") -> tuple[str | None, str | None]:
+    """(key id, None) when ``signature`` is a good MAC of ``covered()`` under ``keys``, else (None, why not)."""
     if not signature:
         return None, "unsigned"
     if not isinstance(signature, str) or not signature.isascii():
@@ -132,9 +142,9 @@ def signer(record: BaseModel, keys: SigningKeys) -> tuple[str | None, str | None
         return None, "malformed signature"  # the form is hmac-sha256:<key id>:<64 lowercase hex digits>
     secret = keys.secret(kid)
     if secret is None:
-        return None, f"unknown signing key {kid!r}"
+        return None, f"unknown {unknown} {kid!r}"
     try:
-        want = _mac(secret, record)
+        want = hmac.new(secret, covered(), hashlib.sha256).hexdigest()
     except ValueError as exc:  # content that has no canonical form cannot carry a valid signature
         return None, f"bad signature: {exc}"
     if not hmac.compare_digest(want.encode(), mac.encode()):
@@ -205,3 +215,47 @@ def sign_result(result: CommandResult, keys: SigningKeys) -> CommandResult:
 def verify_result(result: CommandResult, keys: SigningKeys) -> str | None:
     """None when an executor key signed this result."""
     return signer(result, keys)[1]
+
+
+# --- operator actions (an operator's, on the events topic) --------------------------------
+
+
+def _action_bytes(event: Event) -> bytes:
+    """What an operator action's signature covers: the whole event (id, time, node, body) but the signature."""
+    return canonical_json(event.model_dump(mode="json", exclude={"body": {"signature"}}))
+
+
+def sign_operator_action(event: Event, keys: SigningKeys, *, namespace: str, cluster: str) -> Event:
+    """``event`` (an ``operator_action``) for ``namespace`` and ``cluster``, by the active key's id, signed."""
+    body = event.body
+    if not isinstance(body, OperatorAction):
+        raise TypeError(f"only operator actions are signed this way, not {body.kind!r}")
+    dated = event.model_copy(update={"body": body.model_copy(update={
+        "by": keys.active, "namespace": namespace, "cluster": cluster, "signature": None})})
+    secret = keys.secret(keys.active)
+    assert secret is not None
+    mac = hmac.new(secret, _action_bytes(dated), hashlib.sha256).hexdigest()
+    return dated.model_copy(update={"body": dated.body.model_copy(
+        update={"signature": f"{SCHEME}:{keys.active}:{mac}"})})
+
+
+def verify_operator_action(event: Event, keys: SigningKeys, *, namespace: str | None = None,
+                           cluster: str | None = None) -> tuple[str | None, str | None]:
+    """(key id, None) when a holder of an operator key sent this action here; else (None, why not).
+
+    The key id is who acted: ``by`` must say it. ``namespace``/``cluster`` (the verifier's own, when
+    given) must be the ones signed. Never raises.
+    """
+    body = event.body
+    if not isinstance(body, OperatorAction):
+        return None, f"not an operator action ({body.kind})"
+    kid, why = _check(body.signature, keys, lambda: _action_bytes(event), "operator key")
+    if kid is None:
+        return None, why
+    if body.by != kid:
+        return None, f"signed with key {kid!r} but says it is by {body.by!r}"
+    if namespace is not None and body.namespace != namespace:
+        return None, f"signed for namespace {body.namespace!r}, not this correlator's {namespace!r}"
+    if cluster is not None and body.cluster != cluster:
+        return None, f"signed for cluster {body.cluster!r}, not this correlator's {cluster!r}"
+    return kid, None

@@ -4,6 +4,8 @@ They arrive as ``operator_action`` events (from ``faultline quarantine`` and
 ``faultline release``) and are honoured like the correlator's own decisions:
 the ledger is updated and a command carries the action out. A release without
 a recorded validation is refused: hardware stays out until it is validated.
+Only a signed action is acted on (:mod:`correlators.operator_trust`): the
+operator key's id is who acted, in the command's ``by`` and reason.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from correlators.incident_state import stable_id
+from correlators.operator_trust import OperatorTrust
 from correlators.quarantine_ledger import Fence, QuarantineLedger
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
 from correlators.timers import TimerName
@@ -25,15 +28,21 @@ __all__ = ["OperatorRules", "operator_commands"]
 log = logging.getLogger("faultline.correlator")
 
 
-def _command(ctype: str, incident: str, now: datetime, target: Target, a: OperatorAction, event_id: str) -> Command:
+def _command(ctype: str, incident: str, now: datetime, target: Target, a: OperatorAction, event_id: str,
+             by: str) -> Command:
     return Command(id=stable_id("cmd", incident, ctype, target.node, target.gpu, event_id), incident=incident,
                    type=ctype, target=target, issued_at=now,  # type: ignore[arg-type]
-                   params={"by": a.by, "reason": a.reason, "validated_by": a.validated_by},
-                   reason=f"{a.by}: {a.reason}".strip(": "))
+                   params={"by": by, "reason": a.reason, "validated_by": a.validated_by},
+                   reason=f"{by}: {a.reason}".strip(": "))
 
 
-def operator_commands(e: Event, a: OperatorAction, topo: Topology, ledger: QuarantineLedger) -> list[Command]:
-    """The commands one operator action calls for (none when it changes nothing or is refused)."""
+def operator_commands(e: Event, a: OperatorAction, topo: Topology, ledger: QuarantineLedger,
+                      by: str | None = None) -> list[Command]:
+    """The commands one operator action calls for (none when it changes nothing or is refused).
+
+    ``by``: who acted, as verified (the operator key's id); ``a.by`` when not given.
+    """
+    who = by or a.by
     node = e.node
     if node is None:
         return []
@@ -43,11 +52,11 @@ def operator_commands(e: Event, a: OperatorAction, topo: Topology, ledger: Quara
     if a.action == "quarantine_gpu" and idx is not None:
         if not ledger.quarantine(node, idx, Fence(e.ts, manual, f"manual: {a.reason}")):
             return []
-        return [_command("quarantine_gpu", manual, e.ts, Target(node=node, gpu=gpu_id), a, e.id)]
+        return [_command("quarantine_gpu", manual, e.ts, Target(node=node, gpu=gpu_id), a, e.id, who)]
     if a.action == "cordon_node":
         if not ledger.cordon(node, Fence(e.ts, manual, f"manual: {a.reason}")):
             return []
-        return [_command("cordon_node", manual, e.ts, Target(node=node), a, e.id)]
+        return [_command("cordon_node", manual, e.ts, Target(node=node), a, e.id, who)]
     if a.action == "release_gpu":
         if not a.validated_by:
             log.warning("release of %s %s refused: no validation recorded", node, gpu_id or "")
@@ -59,16 +68,17 @@ def operator_commands(e: Event, a: OperatorAction, topo: Topology, ledger: Quara
             for n, i in ledger.quarantined(node):
                 ledger.release(n, i)
         ledger.release(node, idx)
-        return [_command("release_gpu", fenced_by, e.ts, Target(node=node, gpu=gpu_id), a, e.id)]
+        return [_command("release_gpu", fenced_by, e.ts, Target(node=node, gpu=gpu_id), a, e.id, who)]
     return []
 
 
 class OperatorRules:
     """``operator_action`` events: the ledger follows the person, a command carries it out."""
 
-    def __init__(self, ctx: RuleContext) -> None:
+    def __init__(self, ctx: RuleContext, trust: OperatorTrust | None = None) -> None:
         self.state = ctx.state
         self.out = ctx.out
+        self.trust = trust if trust is not None else OperatorTrust()
 
     def event_handlers(self) -> Mapping[str, EventHandler]:
         return {"operator_action": self._on_operator_action}
@@ -77,4 +87,8 @@ class OperatorRules:
         return {}
 
     def _on_operator_action(self, e: Event, b: OperatorAction) -> None:
-        self.out.extend(operator_commands(e, b, self.state.topology, self.state.ledger))
+        who, why = self.trust.check(e, self.state.clock)
+        if who is None:
+            log.warning("%s %s on %s ignored: %s", b.action, e.id, e.node, why)
+            return
+        self.out.extend(operator_commands(e, b, self.state.topology, self.state.ledger, who))

@@ -21,6 +21,7 @@ from typing import Any
 from common.kafka_reader import TopicReader
 from common.settings import Settings
 from correlators.engine import Correlator
+from correlators.operator_trust import OperatorTrust
 from correlators.partitions import PartitionState, WorkerState
 from correlators.policy import load_policy
 from correlators.rebuild import rebuild
@@ -71,8 +72,10 @@ class Worker:
         if settings.snapshot_every_events > 0:
             loader, self.snapshots = self._snapshots(settings, conf, app_id, events_topic, partitions, policy)
 
+        operators = OperatorTrust(settings.operators(), settings.namespace, settings.cluster)
+
         def new_state(part: int) -> PartitionState:
-            return PartitionState(part, lambda: Correlator(policy), settings.cell)
+            return PartitionState(part, lambda: Correlator(policy, operators=operators), settings.cell)
 
         def rebuild_from_log(state: PartitionState, upto: int, after: int) -> Any:
             return rebuild(state, conf, events_topic, app_id, upto, after)
@@ -87,7 +90,8 @@ class Worker:
         self._ready = ready
         self._adopt_after: dict[int, float] = {}  # partition -> monotonic time of its next attempt
         self.live = LiveClock(self.held, self.publisher, adopt=self._adopt_unheld) if settings.live_clock else None
-        self.judge = RecordJudge(self.held, self.takeover, self.publisher, self.snapshots, topic=events_topic)
+        self.judge = RecordJudge(self.held, self.takeover, self.publisher, self.snapshots, topic=events_topic,
+                                 operators=operators)
         self.watch = DeliveryWatch(self.held, idle_for=self.judge.idle_for, ready=ready, position=position,
                                    seek=seek, committed=committed)
 

@@ -10,7 +10,8 @@ The order of things for one record (:meth:`RecordJudge.on_record`):
    and its decisions published before.
 4. Counted in (``records_in``) and decoded (:func:`streams.batch.decode_record`: one event, or a
    batch of them). Every event that cannot be used goes to the dead letters alone, with its
-   reason (counted in ``dead_letters``). A record with no usable event: the state moves past it;
+   reason (counted in ``dead_letters``); so does every operator action no operator key signed
+   for here (:func:`correlators.operator_trust.screen`). A record with no usable event: the state moves past it;
    nothing else.
 5. Its events are judged in order by its cell's engine and the record is settled
    (:meth:`~correlators.worker.publisher.Publisher.settle`: published, acknowledged, then
@@ -32,6 +33,7 @@ from collections.abc import Collection
 
 from common import metrics as m
 from common.deadletters import dead_letter
+from correlators.operator_trust import OperatorTrust, screen
 from correlators.partitions import Step, WorkerState
 from correlators.worker.ports import Clock
 from correlators.worker.publisher import Publisher
@@ -48,13 +50,15 @@ class RecordJudge:
     """Judges each events record of the partitions this worker holds (see the module docstring)."""
 
     def __init__(self, held: WorkerState, takeover: Takeover, publisher: Publisher,
-                 snapshots: SnapshotTaker | None, *, topic: str, clock: Clock = time.monotonic) -> None:
+                 snapshots: SnapshotTaker | None, *, topic: str, clock: Clock = time.monotonic,
+                 operators: OperatorTrust | None = None) -> None:
         self._held = held
         self._takeover = takeover
         self._publisher = publisher
         self._snapshots = snapshots
         self._topic = topic
         self._clock = clock
+        self._operators = operators if operators is not None else OperatorTrust()
         self._in_count = m.RECORDS_IN.labels("correlator", "events")
         self._busy = False
         self._done_at = clock()
@@ -80,16 +84,18 @@ class RecordJudge:
             return
         self._in_count.inc()  # 4.
         decoded = decode_record(value)
-        if not decoded.events:
+        events, refused = screen(decoded.events, self._operators)
+        if not events:
             state.skip(offset)
-        for bad in decoded.bad:
+        bad: list[tuple[str, bytes | str]] = [(b.reason, b.raw) for b in decoded.bad] + [(why, e.model_dump_json()) for e, why in refused]
+        for reason, raw in bad:
             m.DEAD_LETTERS.labels("correlator").inc()
-            dl = dead_letter("correlator", bad.reason, bad.raw)
+            dl = dead_letter("correlator", reason, raw)
             await self._publisher.send("deadletters", "correlator", dl.model_dump_json().encode())
-        if not decoded.events:
+        if not events:
             return
         self._publisher.capture_started(part)
-        await self._publisher.settle(state, state.judge(offset, key, decoded.events))  # 5.
+        await self._publisher.settle(state, state.judge(offset, key, events))  # 5.
         if self._snapshots is not None:
             self._snapshots.after_record(state, len(decoded.events))  # 6.
 

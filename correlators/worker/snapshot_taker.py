@@ -102,7 +102,7 @@ class SnapshotTaker:
                             part, position, len(blob), self._max_bytes)
                 return
             self._write(part, blob)
-            log.info("snapshot of partition %d at offset %d (%d cells): %d bytes (%d pickled); %.3fs pickling on "
+            log.info("snapshot of partition %d at offset %d (%d cells): %d bytes (%d of JSON); %.3fs capturing on "
                      "the loop, %.3fs sealing and writing", part, position, len(captured.cells), len(blob),
                      len(captured.body), capture_s, self._clock() - t0)
         except Exception as exc:

@@ -55,16 +55,29 @@ def register(add: Add) -> None:
 
 def _decide(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.preflight import ensure_broker
-    from sinks.executors.approvals import find_command, send_decision
-    from streams.decisions import Approval
-    from streams.signing import approval_for, sign_approval
+    from sinks.executors.approvals import find_held_command, send_decision
+    from streams.decisions import Approval, Command, CommandResult
+    from streams.signing import approval_for, sign_approval, verify, verify_result
 
     conf = settings.kafka_config(ensure_broker(settings))
+    commands, executors = settings.signing(), settings.executors()
+
+    def signed(c: Command) -> str | None:  # the MAC itself, where this host holds the command keys
+        return verify(c, commands, datetime.now(UTC), namespace=settings.namespace, cluster=settings.cluster) \
+            if commands is not None else None
+
+    def reported(r: CommandResult) -> str | None:
+        return verify_result(r, executors) if executors is not None else None
+
     try:
-        cmd = find_command(conf, settings.namespace, args.id)
+        found = find_held_command(conf, settings.namespace, args.id, check=signed, check_result=reported)
     except LookupError as exc:
         print(f"faultline {args.cmd}: {exc}", file=sys.stderr)
         return 1
+    cmd = found.command
+    for digest, why in found.ignored:
+        print(f"faultline {args.cmd}: ignored another record under the id {cmd.id} ({digest[:19]}...): {why}; "
+              "someone other than the correlator wrote it: report it", file=sys.stderr)
     keys = settings.operators()
     by = args.by or (keys.active if keys else getpass.getuser())
     if keys is not None and by != keys.active:
@@ -93,6 +106,7 @@ def _operator_action(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.preflight import ensure_broker
     from producers.delivery import EventPublisher
     from streams.events import Event, GpuRef, OperatorAction
+    from streams.signing import sign_operator_action
 
     node, _, gpu = args.hardware.partition(":")
     if not node:
@@ -100,13 +114,23 @@ def _operator_action(args: argparse.Namespace, settings: Settings) -> int:
     ref = (GpuRef(index=int(gpu)) if gpu.isdigit() else GpuRef(uuid=gpu)) if gpu else None
     action = "cordon_node" if args.cmd == "quarantine" and ref is None else (
         "quarantine_gpu" if args.cmd == "quarantine" else "release_gpu")
-    by = args.by or getpass.getuser()
+    keys = settings.operators()
+    by = args.by or (keys.active if keys else getpass.getuser())
+    if keys is not None and by != keys.active:
+        print(f"faultline {args.cmd}: --by {by} is not the key id of your operator key ({keys.active}): an "
+              "action is signed as the person whose key signs it", file=sys.stderr)
+        return 1
     body = OperatorAction(action=action, gpu=ref, by=by, reason=args.reason,
                           validated_by=getattr(args, "validated_by", None))
     cell = args.cell or settings.cell
     bootstrap = ensure_broker(settings)
     pub = EventPublisher(settings.kafka_config(bootstrap), settings.namespace, cell)
     event = Event(id=f"operator-{uuid.uuid4().hex}", ts=datetime.now(UTC), source="operator", node=node, body=body)
+    if keys is not None:
+        event = sign_operator_action(event, keys, namespace=settings.namespace, cluster=settings.cluster)
+    else:
+        print(f"faultline {args.cmd}: FAULTLINE_OPERATOR_KEYS is unset: this action is unsigned, and a correlator "
+              "in production ignores it", file=sys.stderr)
     pub.publish([event])
     pub.flush()
     if args.json:

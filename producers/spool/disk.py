@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from common.private import private_dir
 from producers.node.state import load_state, save_state
 
 __all__ = ["Spool", "SpoolEntry", "frame", "unframe"]
@@ -105,7 +106,7 @@ class Spool:
         if segment_bytes * 2 > max_bytes:
             raise ValueError("spool: segment_bytes must be at most half of max_bytes")
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory)  # what the node saw, before it is sent: this user's alone
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes
         self._sizes = {self._number(p): p.stat().st_size for p in self.directory.glob(f"*{_SEGMENT_SUFFIX}")}

@@ -39,6 +39,7 @@ import urllib3
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
+from common.private import private_dir
 from common.redact import mask_url
 from sinks.archive.endpoint import ArchiveEndpoint
 from sinks.archive.endpoint_file import ENDPOINT_USER, IDENTITY_PATH, EndpointFile, identity_proof
@@ -119,7 +120,7 @@ def normalise(url: str) -> str:
         if not parsed.path or parsed.netloc:
             raise ValueError(f"chdb archive url must be chdb:///absolute/path, got {mask_url(url)!r}")
         path = os.path.realpath(parsed.path)
-        os.makedirs(path, exist_ok=True)
+        private_dir(path)  # the archive is this user's alone (common/private.py)
         return f"chdb://{path}"
     if parsed.scheme in ("http", "https"):
         return url

@@ -31,6 +31,11 @@ What is served, per request (``POST /``; ``GET /ping`` answers ``Ok.``):
 
 Requests run one at a time on the endpoint's own chDB connection (its own session), beside the
 owner's connection: reads do not wait for the owner's writes to finish.
+
+Any local user can connect, token or not, so a connection costs little and lasts little: it is
+served by one of at most :data:`MAX_CONNECTIONS` threads (one more is closed at once, unread), and
+one that sends nothing for :data:`IDLE_TIMEOUT_S` (idle keep-alive, half-open, a request trickling
+in) is closed.
 """
 
 from __future__ import annotations
@@ -165,10 +170,21 @@ def _literal(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+#: At most this many connections are served at once (a thread each); more are closed on arrival.
+MAX_CONNECTIONS = 32
+#: A connection that sends nothing for this long is closed (the client's pool opens a new one).
+IDLE_TIMEOUT_S = 30.0
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"  # keep-alive: clickhouse-connect pools its connections
     disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms delayed-ACK stall
+
+    def setup(self) -> None:
+        # Every read of the socket is bounded: idle keep-alive and half-open connections end.
+        self.timeout = self.server.idle_timeout_s  # type: ignore[misc]
+        super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         log.debug("archive endpoint: " + format, *args)
@@ -317,20 +333,42 @@ def _form_fields(content_type: str, body: bytes) -> dict[str, str]:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = False
+    block_on_close = False
 
-    def __init__(self, session: _Session, token: str) -> None:
+    def __init__(self, session: _Session, token: str, max_connections: int = MAX_CONNECTIONS,
+                 idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.session = session
         self.token = token
+        self.idle_timeout_s = idle_timeout_s
+        self._slots = threading.BoundedSemaphore(max_connections)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection while one of the bounded slots is free; else it is closed now."""
+        if not self._slots.acquire(blocking=False):
+            log.warning("archive endpoint: %d connections open already; closing one more", MAX_CONNECTIONS)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class ArchiveEndpoint:
     """Serve the chDB directory this process owns on loopback, and say where in its endpoint file."""
 
-    def __init__(self, data_dir: str) -> None:
+    def __init__(self, data_dir: str, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
         self.data_dir = data_dir
         self._session = _Session(data_dir)
-        self._server = _Server(self._session, secrets.token_urlsafe(32))
+        self._server = _Server(self._session, secrets.token_urlsafe(32), idle_timeout_s=idle_timeout_s)
         self.file = EndpointFile(path=data_dir, pid=os.getpid(), port=self._server.server_address[1],
                                  token=self._server.token)
         self._thread = threading.Thread(target=self._server.serve_forever, name="archive-endpoint", daemon=True)

@@ -21,7 +21,9 @@ records anything (:mod:`sinks.executors.trust`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -29,18 +31,42 @@ from pydantic import ValidationError
 
 from common.kafka_reader import read_topic
 from streams.canonical import content_hash
-from streams.decisions import Approval, Command
+from streams.decisions import Approval, Command, CommandResult
+from streams.signing import KEY_ID, SCHEME
 from streams.topics import topic_name
 
-__all__ = ["ApprovalBook", "find_command", "send_decision"]
+__all__ = ["HELD", "ApprovalBook", "Found", "find_command", "find_held_command", "send_decision"]
+
+
+#: What an executor's ``waiting_approval`` result says of the content it holds (``held sha256:...``).
+HELD = "held "
+
+
+@dataclass(frozen=True)
+class Found:
+    """The command to decide on, and every other record under its id that was set aside, with why."""
+
+    command: Command
+    ignored: list[tuple[str, str]]  # (content hash, why it is not the command to decide on)
 
 
 def find_command(conf: Mapping[str, Any], namespace: str, command_id: str, timeout_s: float = 30.0) -> Command:
-    """The command ``command_id`` as the namespace's commands topic holds it, to decide on its exact content.
+    """:func:`find_held_command`'s command (the records it set aside are not said)."""
+    return find_held_command(conf, namespace, command_id, timeout_s).command
 
-    LookupError (saying what to do) when no command has that id, or when records of different
-    content carry it: then someone other than the correlator wrote to the topic, and a person
-    must not approve blind.
+
+def find_held_command(conf: Mapping[str, Any], namespace: str, command_id: str, timeout_s: float = 30.0, *,
+                      check: Callable[[Command], str | None] | None = None,
+                      check_result: Callable[[CommandResult], str | None] | None = None) -> Found:
+    """The command ``command_id`` whose exact content a person is to decide on, chosen by content.
+
+    Anyone who can write the commands topic can publish a record under a held command's id; it
+    must not stop the real one from being decided (issue 27). The rule: **of the records carrying
+    the id, those that cannot be the correlator's are set aside** -- unsigned, a malformed signature,
+    expired, for another namespace or cluster, or refused by ``check`` (the signature itself, where
+    the command keys are at hand) -- **and if more than one content is left, the one an executor's
+    ``waiting_approval`` result says it holds** (``check_result``: the executor key, where at hand).
+    LookupError (saying what to do) when no content is left, or still more than one.
     """
     topic = topic_name(namespace, "commands")
     found: dict[str, Command] = {}
@@ -54,11 +80,47 @@ def find_command(conf: Mapping[str, Any], namespace: str, command_id: str, timeo
     if not found:
         raise LookupError(f"no command {command_id} on {topic}: check the id (its waiting_approval result; "
                           "`faultline status` lists the commands waiting for approval)")
-    if len(found) > 1:
-        raise LookupError(f"{len(found)} different commands carry the id {command_id} on {topic}: someone other "
-                          "than the correlator wrote there. Not deciding blind: report it, and decide once the "
-                          "forgery is understood")
-    return next(iter(found.values()))
+    ignored = [(h, why) for h, cmd in found.items() if (why := _not_the_correlators(cmd, namespace, check))]
+    left = {h: cmd for h, cmd in found.items() if h not in dict(ignored)}
+    if len(left) > 1:
+        held = _held(conf, namespace, command_id, timeout_s, check_result)
+        ignored += [(h, "no executor holds this content") for h in left if h not in held]
+        left = {h: cmd for h, cmd in left.items() if h in held}
+    if len(left) != 1:
+        raise LookupError(f"{len(found)} different commands carry the id {command_id} on {topic} and "
+                          f"{'none' if not left else len(left)} of them is the one an executor holds, signed: "
+                          "someone other than the correlator wrote there. Not deciding blind: report it")
+    return Found(next(iter(left.values())), ignored)
+
+
+def _not_the_correlators(cmd: Command, namespace: str, check: Callable[[Command], str | None] | None) -> str | None:
+    """Why ``cmd`` cannot be a command the correlator signed for ``namespace`` now, or None."""
+    if not cmd.signature:
+        return "unsigned"
+    kind, _, rest = cmd.signature.partition(":")
+    if kind != SCHEME or not KEY_ID.fullmatch(rest.partition(":")[0]):
+        return "malformed signature"
+    if cmd.namespace is not None and cmd.namespace != namespace:
+        return f"signed for namespace {cmd.namespace!r}"
+    if cmd.expires_at is not None and cmd.expires_at <= datetime.now(UTC):
+        return "expired"
+    return check(cmd) if check is not None else None
+
+
+def _held(conf: Mapping[str, Any], namespace: str, command_id: str, timeout_s: float,
+          check_result: Callable[[CommandResult], str | None] | None) -> set[str]:
+    """The content hashes that executors' ``waiting_approval`` results for ``command_id`` say they hold."""
+    held: set[str] = set()
+    for value in read_topic(dict(conf), topic_name(namespace, "command-results"), timeout=timeout_s):
+        try:
+            result = CommandResult.model_validate_json(value)
+        except ValidationError:
+            continue
+        if result.command != command_id or result.status != "waiting_approval" or HELD not in result.detail:
+            continue
+        if check_result is None or check_result(result) is None:
+            held.add(result.detail.rpartition(HELD)[2].split()[0].rstrip(")."))
+    return held
 
 
 def send_decision(conf: Mapping[str, Any], namespace: str, approval: Approval, timeout_s: float = 30.0) -> None:

@@ -49,7 +49,7 @@ from typing import Literal, Protocol
 
 from prometheus_client import Counter
 
-from sinks.executors.approvals import ApprovalBook
+from sinks.executors.approvals import HELD, ApprovalBook
 from sinks.executors.breaker import CircuitBreaker
 from sinks.executors.ledger import Entry, ResultLedger
 from sinks.executors.trust import Trust
@@ -152,11 +152,14 @@ class Executor:
             approval = " after a person's approval" if self._needs_approval(cmd) else ""
             return self._result(cmd.id, "dry_run", now, f"would run{approval}: {self.backend.plan(cmd)}")
         if self._needs_approval(cmd):
+            if (unknown := self._unknown_before_hold(cmd)) is not None:  # nobody is asked about no hardware
+                return self._refuse(cmd, now, f"unknown node {unknown!r}: not in the {self.backend.name} inventory",
+                                    "an executor holds and acts on only hardware it manages")
             decision = self.approvals.decision(cmd.id, content_hash(cmd))
             if decision is None:
                 result = self._result(cmd.id, "waiting_approval", now,
                                       f"{cmd.type} needs a person's approval: faultline approve {cmd.id} "
-                                      f"(or faultline deny {cmd.id})")
+                                      f"(or faultline deny {cmd.id}); {HELD}{content_hash(cmd)}")
                 self.ledger.hold(cmd, result)
                 return result
             if decision.decision == "deny":
@@ -268,6 +271,13 @@ class Executor:
         if approval is not None:
             detail = f"{detail} (approved by {approval.by})"
         return self._settle(cmd, "done", now, detail)
+
+    def _unknown_before_hold(self, cmd: Command) -> str | None:
+        """:meth:`_unknown_node` before a command is held; a backend that cannot tell now is asked again at the run."""
+        try:
+            return self._unknown_node(cmd)
+        except Exception:
+            return None
 
     def _unknown_node(self, cmd: Command) -> str | None:
         """The first node the command names (target, exclusions) that the backend does not manage, or None."""

@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+from common.private import private_dir
 from streams.decisions import Command, CommandResult
 
 __all__ = ["FINAL_STATUSES", "Entry", "ResultLedger"]
@@ -70,7 +71,7 @@ class ResultLedger:
 
     def __init__(self, path: Path | None = None) -> None:
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(path.parent)  # what it ran and for whom: this user's alone
         self.path = path
         self._lock = threading.Lock()
         self._db = sqlite3.connect(str(path) if path else ":memory:", check_same_thread=False,

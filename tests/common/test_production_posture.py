@@ -28,15 +28,19 @@ def production(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FAULTLINE_DEV_MODE", raising=False)
 
 
-def test_a_production_worker_needs_the_signing_and_snapshot_keys(production: None) -> None:
+def test_a_production_worker_needs_the_signing_operator_and_snapshot_keys(production: None) -> None:
+    """The operator keys too (issue 27): the worker acts only on quarantines and releases they signed."""
     with pytest.raises(MissingKeys) as refused:
         Settings().require_keys("worker")
-    assert "FAULTLINE_SIGNING_KEYS, FAULTLINE_SNAPSHOT_KEY" in str(refused.value)
+    assert "FAULTLINE_SIGNING_KEYS, FAULTLINE_OPERATOR_KEYS, FAULTLINE_SNAPSHOT_KEY" in str(refused.value)
     assert "FAULTLINE_DEV_MODE=true" in str(refused.value)
+    with pytest.raises(MissingKeys, match="missing FAULTLINE_OPERATOR_KEYS:"):
+        Settings(signing_keys=KEYS, snapshot_key="a-snapshot-key-0123456").require_keys("worker")
     with pytest.raises(MissingKeys, match="missing FAULTLINE_SNAPSHOT_KEY:"):
-        Settings(signing_keys=KEYS).require_keys("worker")
-    assert Settings(signing_keys=KEYS, snapshot_every_events=0).require_keys("worker") == []  # no snapshots
-    assert Settings(signing_keys=KEYS, snapshot_key="a-snapshot-key-0123456").require_keys("worker") == []
+        Settings(signing_keys=KEYS, operator_keys=KEYS).require_keys("worker")
+    assert Settings(signing_keys=KEYS, operator_keys=KEYS, snapshot_every_events=0).require_keys("worker") == []
+    assert Settings(signing_keys=KEYS, operator_keys=KEYS,
+                    snapshot_key="a-snapshot-key-0123456").require_keys("worker") == []
 
 
 def test_a_production_executor_needs_command_operator_and_executor_keys(production: None) -> None:
@@ -63,7 +67,8 @@ def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
 def test_a_worker_started_without_keys_exits_saying_which_setting_to_set(tmp_path: Path) -> None:
     done = _run(["-m", "correlators.app", "worker", "--without-web"], tmp_path)
     assert done.returncode == 1, done.stderr
-    assert "faultline worker: missing FAULTLINE_SIGNING_KEYS, FAULTLINE_SNAPSHOT_KEY" in done.stderr, done.stderr
+    assert "faultline worker: missing FAULTLINE_SIGNING_KEYS, FAULTLINE_OPERATOR_KEYS, FAULTLINE_SNAPSHOT_KEY" \
+        in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -239,7 +239,7 @@ def test_prometheus_has_no_lifecycle_api() -> None:
 def test_the_stages_take_their_keys_from_env_and_refuse_to_start_without() -> None:
     services = _config()["services"]
     example = _env_keys(ENV_EXAMPLE)
-    for name, keys in {"correlator": ("FAULTLINE_SIGNING_KEYS", "FAULTLINE_SNAPSHOT_KEY"),
+    for name, keys in {"correlator": ("FAULTLINE_SIGNING_KEYS", "FAULTLINE_OPERATOR_KEYS", "FAULTLINE_SNAPSHOT_KEY"),
                        "executor": ("FAULTLINE_SIGNING_KEYS", "FAULTLINE_OPERATOR_KEYS", "FAULTLINE_EXECUTOR_KEYS"),
                        "executor-slurm": ("FAULTLINE_SIGNING_KEYS", "FAULTLINE_OPERATOR_KEYS",
                                           "FAULTLINE_EXECUTOR_KEYS")}.items():

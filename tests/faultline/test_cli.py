@@ -108,6 +108,60 @@ def test_quarantine_and_release_reach_the_correlator(kafka_bootstrap: str, tmp_p
 
 
 @pytest.mark.broker
+def test_a_forged_release_on_the_events_topic_is_dead_lettered_and_a_signed_one_runs(
+        kafka_bootstrap: str, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27 item 1 on the real broker and worker: after a GPU is fenced, an agent's credential writes an
+    unsigned release `by: alice` with a validation; the worker (holding the operator keys) issues nothing and
+    dead-letters it with the reason. `faultline release` signed with alice's key is what releases it."""
+    from common.kafka_reader import read_topic
+    from faultline.pipeline import CorrelatorWorker
+    from streams.decisions import Command, DeadLetter
+    from streams.events import GpuInfo, GpuRef, Inventory, OperatorAction
+    from streams.topics import topic_name
+
+    keys = "alice:alice-secret-0123456789"
+    settings = Settings(kafka=kafka_bootstrap, namespace=unique_name, data_dir=tmp_path, operator_keys=keys)
+    conf = settings.kafka_config(kafka_bootstrap)
+    create_namespace_topics(conf, unique_name, partitions=1)
+    for name, value in (("KAFKA", kafka_bootstrap), ("NAMESPACE", unique_name), ("OPERATOR_KEYS", keys)):
+        monkeypatch.setenv(f"FAULTLINE_{name}", value)
+    pub = EventPublisher(conf, unique_name)  # what an agent's credential may write
+    pub.publish([Event(id="inv", ts=datetime.now(UTC), source="inventory", node="n1",
+                       body=Inventory(gpus=[GpuInfo(index=0, uuid="GPU-a")]))])
+    pub.flush()
+    worker = CorrelatorWorker(settings, kafka_bootstrap, unique_name)
+
+    def commands(want: list[str]) -> list[Command]:
+        deadline, found = time.monotonic() + 90, list[Command]()
+        while [c.type for c in found] != want and time.monotonic() < deadline:
+            assert worker.alive(), worker.tail()
+            found = [Command.model_validate_json(v)
+                     for v in read_topic(conf, topic_name(unique_name, "commands"), timeout=10)]
+            time.sleep(0.5)
+        return found
+
+    try:
+        assert main(["quarantine", "n1:0", "--reason", "burn-in errors"]) == 0
+        assert [c.params["by"] for c in commands(["quarantine_gpu"])] == ["alice"]
+        forged = OperatorAction(action="release_gpu", gpu=GpuRef(index=0), by="alice", reason="fixed",
+                                validated_by="dcgmi diag -r 3 passed")
+        pub.publish([Event(id="operator-forged", ts=datetime.now(UTC), source="operator", node="n1", body=forged)])
+        pub.flush()
+        deadline, letters = time.monotonic() + 60, list[DeadLetter]()
+        while not letters and time.monotonic() < deadline:
+            letters = [d for v in read_topic(conf, topic_name(unique_name, "deadletters"), timeout=5)
+                       if "operator-forged" in (d := DeadLetter.model_validate_json(v)).raw]
+        assert [d.reason for d in letters] == ["operator action refused: unsigned"]
+        assert [c.type for c in commands(["quarantine_gpu"])] == ["quarantine_gpu"]  # nothing released
+        assert main(["release", "n1:GPU-a", "--validated-by", "dcgmi diag -r 3"]) == 0
+        released = commands(["quarantine_gpu", "release_gpu"])
+        assert [(c.type, c.params["by"]) for c in released] == [("quarantine_gpu", "alice"), ("release_gpu", "alice")]
+    finally:
+        worker.stop()
+        delete_namespace_topics(conf, unique_name)
+
+
+@pytest.mark.broker
 def test_quarantine_names_the_nodes_cell(kafka_bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch,
                                          ) -> None:
     """In a namespace of several cells the action must reach the node's cell's engine: keyed by --cell."""

@@ -61,3 +61,25 @@ def test_at_a_terminal_ids_and_times_are_never_shortened() -> None:
     text = out.getvalue()
     assert "inc-" + "a" * 60 in text.replace("\n", "") or "inc-" + "a" * 60 in text
     assert "…" not in text and "2026-04-22 03:23:20Z" in text
+
+
+def test_text_from_outside_cannot_act_on_a_terminal() -> None:
+    """Issue 27: controls and bidi overrides are written out as escapes; tabs and newlines stay; JSON keeps the
+    original text, escaped the JSON way, C1 and bidi included."""
+    import io
+    import json
+
+    from common.terminal_safe import SafeStream, terminal_safe
+    from faultline.terminal import Column, make_console, print_table, to_json
+
+    hostile = "ok\x1b]0;t\x07\x1b[2J\r\x9b\u202eevil\u2066\ttab\nnext"
+    assert terminal_safe(hostile) == "ok\\x1b]0;t\\x07\\x1b[2J\\x0d\\x9b\\u202eevil\\u2066\ttab\nnext"
+    buf = io.StringIO()
+    SafeStream(buf).write(hostile)
+    assert "\x1b" not in buf.getvalue() and "\u202e" not in buf.getvalue()
+    out = io.StringIO()
+    print_table(make_console(file=out), f"title {hostile}", [{"a": hostile, "b": "[red]markup[/red]"}],
+                [Column("a"), Column("b")])
+    assert "\x1b" not in out.getvalue() and "\u202e" not in out.getvalue() and "[red]markup[/red]" in out.getvalue()
+    doc = to_json({"line": hostile})
+    assert "\u202e" not in doc and "\x9b" not in doc and json.loads(doc) == {"line": hostile}

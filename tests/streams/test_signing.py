@@ -136,3 +136,44 @@ def test_a_result_is_signed_by_an_executor_key() -> None:
     assert verify_result(result, executors) == "unsigned"
     forged = sign_result(result, executors).model_copy(update={"command": "cmd-2"})
     assert verify_result(forged, executors) == "bad signature (tampered with?)"
+
+
+def test_an_operator_action_is_signed_over_the_whole_event_by_the_key_whose_id_is_who() -> None:
+    """Issue 27: a quarantine or release on the events topic is a person's only when an operator key signed it."""
+    from streams.batch import decode_record
+    from streams.events import Event, GpuRef, OperatorAction
+    from streams.signing import sign_operator_action, verify_operator_action
+
+    alice = SigningKeys.parse("alice:alice-secret-0123456789")
+    event = Event(id="operator-1", ts=NOW, source="operator", node="gpu-007",
+                  body=OperatorAction(action="release_gpu", gpu=GpuRef(index=0), by="someone", validated_by="dcgmi"))
+    signed = sign_operator_action(event, alice, namespace="prod", cluster="east")
+    assert signed.body.by == "alice" and signed.body.signature.startswith("hmac-sha256:alice:")  # type: ignore[union-attr]
+    wire = decode_record(signed.model_dump_json().encode()).events[0]  # as the correlator reads it
+    assert verify_operator_action(wire, alice, namespace="prod", cluster="east") == ("alice", None)
+    assert verify_operator_action(event, alice) == (None, "unsigned")
+    for field, value in (("node", "gpu-008"), ("ts", NOW + timedelta(seconds=1)), ("id", "operator-2")):
+        assert verify_operator_action(signed.model_copy(update={field: value}), alice) == \
+            (None, "bad signature (tampered with?)"), field
+    says_bob = signed.model_copy(update={"body": signed.body.model_copy(update={"by": "bob"})})
+    assert verify_operator_action(says_bob, alice)[1] == "bad signature (tampered with?)"
+    assert verify_operator_action(signed, alice, namespace="dev")[1] == \
+        "signed for namespace 'prod', not this correlator's 'dev'"
+    assert verify_operator_action(signed, SigningKeys.parse("bob:bob-secret-0123456789abc"))[1] == \
+        "unknown operator key 'alice'"
+
+
+def test_integer_fields_refuse_floats_so_8_and_8_0_cannot_both_be_read() -> None:
+    """Issue 27 item 6: `8` and `8.0` have one canonical form; the schema takes only the integer."""
+    from pydantic import ValidationError
+
+    from streams.canonical import canonical_json
+    from streams.events import Event
+
+    good = '{"id":"e1","ts":"2026-11-29T12:00:00Z","source":"trainer","node":"n1","rank":8,' \
+           '"body":{"kind":"train_step","step":8}}'
+    assert Event.model_validate_json(good).rank == 8
+    for bad in (good.replace('"rank":8', '"rank":8.0'), good.replace('"step":8', '"step":8.0')):
+        with pytest.raises(ValidationError, match="integer"):
+            Event.model_validate_json(bad)
+    assert canonical_json({"n": 8}) == canonical_json({"n": 8.0})  # why the schema must decide

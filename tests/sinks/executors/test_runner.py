@@ -190,3 +190,51 @@ def test_a_malformed_signature_is_refused_and_the_runner_goes_on(
     assert [(r.command, r.status) for r in got] == [("cmd-notify-poison", "refused"), ("cmd-notify-good", "done")]
     assert "malformed signature" in got[0].detail
     assert [r.headers["idempotency-key"] for r in hook.requests][-1] == "cmd-notify-good"
+
+
+def test_forgeries_under_a_held_id_do_not_block_its_approval(
+        conf: dict[str, Any], namespace: str, hook: RecordingServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 27 item 2, on the broker with a real executor: a signed ticket is held; forged commands under its id
+    (unsigned, a made-up signature) follow. `faultline approve` sets them aside, says so, decides on the content the
+    executor holds, and the executor runs it once."""
+    from datetime import UTC, datetime, timedelta
+
+    from faultline.cli import main
+    from sinks.executors.trust import Trust
+    from streams.canonical import content_hash
+    from streams.signing import SigningKeys, sign
+
+    keys, operators = SigningKeys.parse("corr:correlator-secret-0123"), "alice:alice-secret-0123456789"
+    executors = SigningKeys.parse("exec:executor-secret-01234567")
+    real = sign(command("cmd-held-1", "open_ticket", requires_approval=True, params={"kind": "rma"}), keys,
+                datetime.now(UTC), timedelta(hours=1), namespace=namespace, cluster="default")
+    trust = Trust(commands=keys, operators=SigningKeys.parse(operators), executors=executors, namespace=namespace,
+                  cluster="default")
+    options = ExecutorOptions(backend="webhook", url=f"{hook.url}/tickets", state_dir=tmp_path / "x", trust=trust)
+    producer = Producer({**conf, "enable.idempotence": True})
+    results = Results(conf, namespace)
+    halt = running(ExecutorRunner(make_executor(options), conf, namespace))
+    try:
+        producer.produce(topic_name(namespace, "commands"), key=real.id.encode(), value=real.model_dump_json().encode())
+        assert producer.flush(30) == 0
+        assert [r.status for r in results.wait_for(1)] == ["waiting_approval"]
+        for cmd in (real.model_copy(update={"params": {"kind": "rma", "node": "everything"}, "signature": None}),
+                    real.model_copy(update={"params": {"kind": "wipe"}, "signature": "hmac-sha256:corr:" + "0" * 64})):
+            producer.produce(topic_name(namespace, "commands"), key=cmd.id.encode(), value=cmd.model_dump_json().encode())
+        assert producer.flush(30) == 0
+        assert [r.status for r in results.wait_for(3)] == ["waiting_approval", "refused", "refused"]
+        for name, value in (("KAFKA", conf["bootstrap.servers"]), ("NAMESPACE", namespace),
+                            ("OPERATOR_KEYS", operators), ("EXECUTOR_KEYS", "exec:executor-secret-01234567")):
+            monkeypatch.setenv(f"FAULTLINE_{name}", value)
+        monkeypatch.delenv("FAULTLINE_SIGNING_KEYS", raising=False)  # an operator's host holds no command key
+        assert main(["approve", real.id, "--reason", "rma is due"]) == 0
+        err = capsys.readouterr().err
+        assert err.count("ignored another record under the id cmd-held-1") == 2, err
+        assert "unsigned" in err and "no executor holds this content" in err
+        assert [r.status for r in results.wait_for(4)][-1] == "done"
+    finally:
+        halt()
+        results.close()
+    assert [r.headers["idempotency-key"] for r in hook.requests][-1] == real.id
+    assert content_hash(real) in [r.detail.rpartition("held ")[2] for r in results.records[:1]]

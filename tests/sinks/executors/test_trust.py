@@ -160,6 +160,16 @@ def test_only_nodes_the_backend_knows_are_acted_on(backend: FakeBackend) -> None
     assert backend.executed == ["c2"]
 
 
+def test_a_held_command_for_a_node_no_inventory_lists_is_refused_before_anyone_is_asked(backend: FakeBackend) -> None:
+    """Issue 27 item 6: a flood of reboots for unknown nodes queued 20,000 approvals; now none is held."""
+    backend.unknown = frozenset({"gpu-node-99"})
+    ex = trusting(backend)
+    result = ex.handle(signed(command("c1", node="gpu-node-99", requires_approval=True)), at(1))
+    assert result.status == "refused" and "unknown node 'gpu-node-99'" in result.detail
+    assert ex.ledger.get("c1") is None  # nothing held, nothing to approve
+    assert ex.handle(signed(command("c2", requires_approval=True)), at(1)).status == "waiting_approval"
+
+
 # --- findings 4 and 5: malformed signatures, scope, rotation -------------------------------------
 
 
