@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from common.metrics import METRICS_PORTS
+from common.settings import Settings
 from deploy.helm.validate import CHART, Tools, ensure_schemas, find_tools, lint, render, validate, value_sets
 
 TOOLS = find_tools()
@@ -120,10 +121,21 @@ def test_keys_and_passwords_come_from_secrets_only() -> None:
             assert "password" not in text and "signing" not in text, cm["metadata"]["name"]
 
 
+@pytest.mark.parametrize("values", ["default", "production"])
+def test_every_stage_gets_each_key_it_refuses_to_start_without(values: str) -> None:
+    """A production worker or executor refuses to start without the keys ``Settings.required_keys`` names:
+    the chart hands each of them over, from the keys Secret."""
+    specs = _pod_specs(_objects(values))
+    for pod, stage in (("faultline-correlator", "worker"), ("faultline-executor", "executor")):
+        env = _env(specs[pod]["containers"][0])
+        for name in Settings().required_keys(stage):
+            assert name in env and "secretKeyRef" in env[name]["valueFrom"], (values, pod, name)
+
+
 def test_the_keys_are_generated_and_kept_unless_a_secret_is_named() -> None:
     keys = _one(_objects("default"), "Secret", "faultline-keys")
     assert keys["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    assert set(keys["data"]) == {"signing-keys", "snapshot-key"}
+    assert set(keys["data"]) == {"signing-keys", "snapshot-key", "operator-keys", "executor-keys"}
     assert not [o for o in _objects("production") if o["kind"] == "Secret"]  # all three named, none made
     correlator = _env(_pod_specs(_objects("production"))["faultline-correlator"]["containers"][0])
     assert correlator["FAULTLINE_SNAPSHOT_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "faultline-keys"

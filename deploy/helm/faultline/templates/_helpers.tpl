@@ -82,6 +82,23 @@ app.kubernetes.io/component: {{ .component }}
       key: signing-keys
 {{- end -}}
 
+{{/* The operators' keys (approvals, operator actions) and the executors' result keys: correlator, executor. */}}
+{{- define "faultline.operatorEnv" -}}
+- name: FAULTLINE_OPERATOR_KEYS
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "faultline.keysSecret" . }}
+      key: operator-keys
+{{- end -}}
+
+{{- define "faultline.executorKeysEnv" -}}
+- name: FAULTLINE_EXECUTOR_KEYS
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "faultline.keysSecret" . }}
+      key: executor-keys
+{{- end -}}
+
 {{- define "faultline.containerSecurity" -}}
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
