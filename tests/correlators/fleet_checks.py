@@ -256,17 +256,20 @@ def events_of(lines: list[str]) -> list[ev.Event]:
     return out
 
 
-def _takeover(events: list[ev.Event], cut: int) -> list[Incident | Command]:
-    """Decisions of a worker that judges ``events[:cut]``, is snapshotted, and one restored from it that goes on."""
-    def fresh() -> PartitionState:
-        return PartitionState(0, lambda: Correlator(POLICY), "fleet")
+def _fresh() -> PartitionState:
+    return PartitionState(0, lambda: Correlator(POLICY), "fleet")
 
-    a, out = fresh(), []
-    for i, e in enumerate(events[:cut]):
-        out += a.judge(i, b"fleet", e).decisions
-    position, cells, body = capture_engines(a)
-    b = fresh()
-    restore(b, open_snapshot(seal(0, position, cells, body, FINGERPRINT, None), 0, FINGERPRINT, None))
+
+def _sealed(state: PartitionState) -> bytes:
+    position, cells, body = capture_engines(state)
+    return seal(0, position, cells, body, FINGERPRINT, None)
+
+
+def _taken_over(blob: bytes, events: list[ev.Event], cut: int) -> list[Incident | Command]:
+    """What a worker restored from ``blob`` (sealed after ``events[:cut]``) decides from there on."""
+    b = _fresh()
+    restore(b, open_snapshot(blob, 0, FINGERPRINT, None))
+    out: list[Incident | Command] = []
     for i, e in enumerate(events[cut:], cut):
         out += b.judge(i, b"fleet", e).decisions
     return out
@@ -278,13 +281,19 @@ def _collated(decisions: list[Incident | Command]) -> str:
 
 
 def evaluate(lines: list[str], cut: float = 0.5, again: bool = True) -> dict[str, list[str]]:
-    """Every invariant's violations over one capture (``again``: also rerun it from its bytes)."""
+    """Every invariant's violations over one capture: the worker's path (a partition state, one cell) judges it
+    event by event beside the watcher, is snapshotted at ``cut`` (a fraction of the events) and a worker
+    restored from the snapshot judges the rest again; ``again``: the bytes also run a second time offline."""
     bad: dict[str, list[str]] = {k: [] for k in INVARIANTS}
     events = events_of(lines)
-    engine, w = Correlator(POLICY), Watch()
+    worker, w = _fresh(), Watch()
+    at = max(1, int(len(events) * cut))
+    blob, after = b"", 0
     decided: list[Incident | Command] = []
-    for e in events:
-        for d in engine.process(e):  # decided before the event is seen: it did not arrive before them
+    for i, e in enumerate(events):
+        if i == at:
+            blob, after = _sealed(worker), len(decided)
+        for d in worker.judge(i, b"fleet", e).decisions:  # decided before the event is seen: it came before them
             if isinstance(d, Command) and d.type == "restart_job":
                 for k, v in _restart(w, d).items():
                     bad[k] += v
@@ -300,9 +309,10 @@ def evaluate(lines: list[str], cut: float = 0.5, again: bool = True) -> dict[str
     bad["explained"] += _same_hardware_violations(w, out)
     bad["consequence"] += _consequences(w)
     bad["tickets"] += _tickets(w, [d for d in decided if isinstance(d, Command)])
-    first = json.dumps(out)
-    if events and _collated(_takeover(events, max(1, int(len(events) * cut)))) != first:
-        bad["same"].append(f"a takeover at event {int(len(events) * cut)} decides otherwise")
-    if again and json.dumps(decide_offline(lines)) != first:
+    if blob:
+        theirs = [d.model_dump_json() for d in _taken_over(blob, events, at)]
+        if theirs != [d.model_dump_json() for d in decided[after:]]:
+            bad["same"].append(f"a worker taking over at event {at} decides otherwise")
+    if again and json.dumps(decide_offline(lines)) != json.dumps(out):
         bad["same"].append("a second run of the same bytes decides otherwise")
     return {k: v for k, v in bad.items() if v}
