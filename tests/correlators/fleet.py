@@ -331,17 +331,18 @@ def _faults(max_faults: int = 4) -> st.SearchStrategy[tuple[FaultPlan, ...]]:
 
 @st.composite
 def fleets(draw: Any, min_nodes: int = 2, max_nodes: int = 64,
-           durations: tuple[float, ...] = (600.0, 600.0, 900.0)) -> FleetPlan:
+           durations: tuple[float, ...] = (600.0, 600.0, 900.0), dense: bool = False) -> FleetPlan:
     """A fleet of ``min_nodes``..``max_nodes`` nodes (mostly small: the big ones are costly), its jobs and faults, over one
-    of ``durations`` (seconds)."""
+    of ``durations`` (seconds); ``dense``: heartbeats and NVML samples as often as real agents send them (the soak),
+    else sparse ones (a minute, five minutes: the default run's captures stay a hundred-odd lines)."""
     nodes = draw(st.sampled_from([n for n in (2, 3, 4, 2, 3, 6, 8, 2, 4, 12, 16, 32, 64) if min_nodes <= n <= max_nodes]))
     gpus = draw(st.sampled_from([4, 4, 8]))
     jobs = tuple(draw(st.lists(_job(nodes), min_size=1, max_size=3)))
     return FleetPlan(
         nodes=nodes, gpus=gpus, rack=draw(st.sampled_from([4, 8])),
         duration=draw(st.sampled_from(durations)),
-        heartbeat=draw(st.sampled_from([60.0, 60.0, 30.0, 60.0] if nodes <= 8 else [120.0])),
-        nvml=draw(st.sampled_from([300.0, 120.0, 300.0, 60.0])), jobs=jobs, faults=draw(_faults()),
+        heartbeat=draw(st.sampled_from(([60.0, 30.0, 15.0] if dense else [60.0]) if nodes <= 8 else [120.0])),
+        nvml=draw(st.sampled_from([120.0, 60.0, 300.0] if dense else [300.0, 120.0, 300.0])), jobs=jobs, faults=draw(_faults()),
         skew=draw(st.none() | st.tuples(st.sampled_from(SKEWED), st.sampled_from([-20.0, 7.5, 45.0]))))
 
 

@@ -125,6 +125,8 @@ def _restart(w: Watch, cmd: Command) -> dict[str, list[str]]:
     job = cmd.target.job or ""
     inc = w.incidents.get(cmd.incident)
     out: dict[str, list[str]] = {k: [] for k in ("gate", "fenced_first", "checkpoint", "world")}
+    # judged at its issue time: past the capture's last line, end of capture moved the clock on
+    w.clock = max(w.clock or cmd.issued_at, cmd.issued_at)
     for why in _restart_violations(w, cmd, lambda n, i: w.uuid.get((n, i), f"{n}:{i}")):
         key = "fenced_first" if "fatal XID" in why else "checkpoint" if " step " in why else "gate"
         out[key].append(why)

@@ -77,7 +77,7 @@ def test_every_fleet_keeps_the_invariants_that_hold(plan: FleetPlan) -> None:
     assert not bad, "\n".join(bad[:10])
 
 
-@settings(FLEET, max_examples=max(10, FLEET_EXAMPLES // 40))
+@settings(FLEET, max_examples=max(10, FLEET_EXAMPLES // 80))
 @given(fleets(min_nodes=12))
 def test_big_fleets_keep_the_invariants_that_hold(plan: FleetPlan) -> None:
     bad = violations(plan, HOLDING)
@@ -91,7 +91,7 @@ def test_fleets_of_a_thousand_nodes_keep_the_invariants_that_hold(plan: FleetPla
     assert not bad, "\n".join(bad[:10])
 
 
-@settings(FLEET, max_examples=max(10, FLEET_EXAMPLES // 10))
+@settings(FLEET, max_examples=max(10, FLEET_EXAMPLES // 20))
 @given(fleets(max_nodes=8))
 def test_the_same_bytes_decide_the_same_run_again(plan: FleetPlan) -> None:
     """The offline path from the bytes, again, gives what the worker's path gave (and a takeover)."""
@@ -101,7 +101,7 @@ def test_the_same_bytes_decide_the_same_run_again(plan: FleetPlan) -> None:
 
 @pytest.mark.slow
 @SOAK
-@given(fleets(durations=(600.0, 900.0, 1200.0, 1800.0)))
+@given(fleets(durations=(600.0, 900.0, 1200.0, 1800.0), dense=True))
 def test_soak_every_fleet_keeps_the_invariants_that_hold(plan: FleetPlan) -> None:
     bad = violations(plan, HOLDING)
     assert not bad, "\n".join(bad[:10])
