@@ -194,6 +194,10 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("faultline_producer_dropped_total", "counter", ("source",),
                "Records lost: evicted from a full spool, or rejected by the broker for good."),
     MetricSpec("faultline_producer_spool_backlog_bytes", "gauge", (), "Bytes in the spool not yet acknowledged."),
+    MetricSpec("faultline_producer_spool_lost_total", "counter", ("source", "kind", "reason"),
+               "Events the spool lost, by source, event kind and reason (producers/spool/losses.py)."),
+    MetricSpec("faultline_producer_spool_disk_full_total", "counter", (),
+               "Writes to the spool that found its disk full."),
     MetricSpec("faultline_pod_gpu_info", "gauge", ("node", "namespace", "pod", "gpu_uuid", "gpu_index"),
                "1 for each GPU the kubelet assigned to a pod (PodResources API)."),
 )
