@@ -101,7 +101,7 @@ __all__ = [
     "COMMANDS_ISSUED",
     "COMMAND_OUTCOMES",
     "CONSUMER_LAG",
-    "DEAD_LETTERS",
+    "BLAST_RADIUS_HELD", "DEAD_LETTERS",
     "DETECTION_TO_COMMAND",
     "EVENT_TIME",
     "GPU_SERIES_LABELS",
@@ -136,6 +136,11 @@ CONSUMER_LAG = Gauge(
     "faultline_consumer_lag_records",
     "Records between a stage's consumer position and the partition's end.",
     ["stage", "topic", "partition"],
+)
+BLAST_RADIUS_HELD = Counter(
+    "faultline_blast_radius_held",
+    "Fencing commands held for approval because they passed the blast-radius limit (correlators/blast_radius.py).",
+    ["type"],
 )
 DEAD_LETTERS = Counter(
     "faultline_dead_letters", "Records set aside as dead letters, by the stage that refused them.", ["stage"]

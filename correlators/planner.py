@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from correlators.blast_radius import BlastRadius
 from correlators.incident_state import OpenIncident, stable_id
 from correlators.policy import Policy
 from correlators.quarantine_ledger import Fence, QuarantineLedger
@@ -64,6 +65,7 @@ class Planner:
     topo: Topology
     ledger: QuarantineLedger
     hardware_work: dict[str, list[WorkOwner]] = field(default_factory=dict)
+    blast: BlastRadius = field(default_factory=BlastRadius)
 
     def immediate(self, inc: OpenIncident, now: datetime, only: tuple[str, ...] | None = None) -> list[Command]:
         """Every non-restart action of the incident's category not yet issued for it (or, for work on
@@ -81,7 +83,8 @@ class Planner:
             for category, hardware, actions in groups:
                 if action in actions:
                     out.extend((category, c) for c in self._action(inc, category, hardware, action, now))
-        return [c for category, c in out if self._first_for_hardware(inc, category, c) and self._fresh(inc, c)]
+        cmds = [c for category, c in out if self._first_for_hardware(inc, category, c) and self._fresh(inc, c)]
+        return self.blast.limit(cmds, self.policy.blast_radius, self.topo, self.ledger, now)
 
     def _first_for_hardware(self, inc: OpenIncident, category: str, cmd: Command) -> bool:
         if cmd.type not in HARDWARE_ONCE or cmd.target.node is None:
