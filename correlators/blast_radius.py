@@ -14,7 +14,9 @@ time, for every fencing command (:data:`FENCES`: ``quarantine_gpu``, ``reset_gpu
 * past either, the fence is still issued, with ``requires_approval: true`` and a reason that
   names the rule and the count (``blast radius: 17 nodes fenced in the cell within 600 s, the
   limit is 16``): it waits for a person, the incident says why, and
-  ``faultline_blast_radius_held_total`` counts it (alert ``BlastRadiusExceeded``).
+  ``faultline_blast_radius_held_total`` counts it (alert ``BlastRadiusExceeded``);
+* **tickets and notifications**: past ``group_past`` of one type in the window, one grouped
+  ticket (notification) is issued for the rest of the window instead of one each.
 
 The defaults (policy.yaml ``blast_radius``) let through what a real multi-node fault needs: a
 rack outage or a power feed takes one rack (up to 16 nodes, 128 GPUs), a job's failure its own
@@ -36,11 +38,12 @@ from common.metrics import BLAST_RADIUS_HELD
 from correlators.quarantine_ledger import QuarantineLedger
 from correlators.state_fields import Bounded, Instant
 from correlators.topology import Topology
-from streams.decisions import Command
+from streams.decisions import Command, Target
 
 __all__ = ["FENCES", "BlastLimits", "BlastRadius", "FenceMark"]
 
 FENCES = frozenset({"quarantine_gpu", "reset_gpu", "cordon_node", "drain_node", "reboot_node"})
+_GROUPED = frozenset({"open_ticket", "notify"})
 _NODE_FENCES = frozenset({"cordon_node", "drain_node", "reboot_node"})
 _MARKS = 100_000  # fences remembered in the window (a bound on the state; far above any limit)
 
@@ -59,6 +62,7 @@ class BlastLimits(BaseModel):
     max_gpus_per_job: int = Field(default=128, ge=1)
     max_fenced_share: float = Field(default=0.5, gt=0, le=1)
     min_fenced: int = Field(default=16, ge=1)
+    group_past: int = Field(default=10, ge=1)
 
 
 @dataclass
@@ -74,11 +78,23 @@ class FenceMark:
 
 
 @dataclass
+class Sent:
+    """One ticket or notification issued in the window (``grouped``: the grouped one of its window)."""
+
+    at: Instant
+    type: str
+    command: str
+    grouped: bool = False
+
+
+@dataclass
 class BlastRadius:
     """The fences of the window and the commands held past the limit (part of the engine's state)."""
 
     marks: Annotated[deque[FenceMark], Bounded(_MARKS)] = field(default_factory=lambda: deque(maxlen=_MARKS))
     held: Annotated[deque[str], Bounded(_MARKS)] = field(default_factory=lambda: deque(maxlen=_MARKS))
+    sent: Annotated[deque[Sent], Bounded(_MARKS)] = field(default_factory=lambda: deque(maxlen=_MARKS))
+    folded: int = 0  # tickets and notifications folded into a grouped one (ever)
 
     def limit(self, cmds: list[Command], limits: BlastLimits, topo: Topology, ledger: QuarantineLedger,
               now: datetime) -> list[Command]:
@@ -86,7 +102,36 @@ class BlastRadius:
         horizon = now - timedelta(seconds=limits.window_s)
         while self.marks and self.marks[0].at < horizon:
             self.marks.popleft()
-        return [self._one(c, limits, topo, ledger, now) if c.type in FENCES else c for c in cmds]
+        while self.sent and self.sent[0].at < horizon:
+            self.sent.popleft()
+        out: list[Command] = []
+        for c in cmds:
+            if c.type in FENCES:
+                out.append(self._one(c, limits, topo, ledger, now))
+            elif c.type in _GROUPED:
+                out.extend(self._group(c, limits, now))
+            else:
+                out.append(c)
+        return out
+
+    def _group(self, cmd: Command, limits: BlastLimits, now: datetime) -> list[Command]:
+        """Tickets and notifications past ``group_past`` of a type in the window: one grouped command, then
+        none until the window has room again (each incident still lists its own evidence)."""
+        same = [s for s in self.sent if s.type == cmd.type]
+        if len(same) < limits.group_past:
+            self.sent.append(Sent(now, cmd.type, cmd.id))
+            return [cmd]
+        self.folded += 1
+        if any(s.grouped for s in same):
+            return []
+        why = (f"blast radius: more than {limits.group_past} {cmd.type} within {limits.window_s:g} s; "
+               f"the rest of the window's are grouped here (see the open incidents)")
+        params = ({"to": "on-call", "severity": "page", "message": why} if cmd.type == "notify" else
+                  {"kind": "investigate", "category": "grouped", "nodes": [], "gpus": [], "summary": why})
+        grouped = cmd.model_copy(update={
+            "id": f"{cmd.id}-grouped", "target": Target(), "params": params, "reason": why})
+        self.sent.append(Sent(now, cmd.type, grouped.id, grouped=True))
+        return [grouped]
 
     def held_reasons(self, cmds: list[Command]) -> list[str]:
         """The reasons of those of ``cmds`` this limit held for approval (what the incident then says)."""

@@ -98,7 +98,7 @@ class Planner:
 
     def notify(self, inc: OpenIncident, now: datetime, message: str, severity: str) -> list[Command]:
         cmd = self._notify_cmd(inc, now, message, severity)
-        return [cmd] if self._fresh(inc, cmd) else []
+        return self.blast.limit([cmd], self.policy.blast_radius, self.topo, self.ledger, now) if self._fresh(inc, cmd) else []
 
     def restart(self, inc: OpenIncident, job: Job, checkpoint: dict[str, Any] | None, now: datetime,
                 requires_approval: bool, reason: str, extra_exclude_nodes: list[str],

@@ -46,3 +46,18 @@ def test_a_forged_xid79_storm_on_every_node_fences_no_more_than_the_limit() -> N
     latest = {i.id: i for i in incidents}
     said = [i for i in latest.values() if "blast radius" in i.summary]
     assert len(said) == len({c.incident for c in waiting}), "each incident with a held fence says why"
+
+
+def test_tickets_past_the_threshold_are_grouped_into_one() -> None:
+    limits = load_policy().blast_radius
+    cap = Capture(duration=900)
+    for i in range(200):
+        cap.node(f"n{i:03d}", rack=f"r{i // 20}")
+    cap.heartbeats(every=60)
+    for i in range(200):
+        cap.xid(300 + i * 0.5, f"n{i:03d}", 0, 79)
+    _, commands = _decide(cap.lines())
+    tickets = [c for c in commands if c.type == "open_ticket"]
+    [grouped] = [c for c in tickets if c.params.get("category") == "grouped"]
+    assert len(tickets) == limits.group_past + 1, "one each up to the threshold, then one grouped ticket"
+    assert "blast radius: more than 10 open_ticket" in grouped.reason
