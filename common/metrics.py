@@ -101,7 +101,7 @@ __all__ = [
     "COMMANDS_ISSUED",
     "COMMAND_OUTCOMES",
     "CONSUMER_LAG",
-    "DEAD_LETTERS",
+    "BLAST_RADIUS_HELD", "DEAD_LETTERS",
     "DETECTION_TO_COMMAND",
     "EVENT_TIME",
     "GPU_SERIES_LABELS",
@@ -136,6 +136,11 @@ CONSUMER_LAG = Gauge(
     "faultline_consumer_lag_records",
     "Records between a stage's consumer position and the partition's end.",
     ["stage", "topic", "partition"],
+)
+BLAST_RADIUS_HELD = Counter(
+    "faultline_blast_radius_held",
+    "Fencing commands held for approval because they passed the blast-radius limit (correlators/blast_radius.py).",
+    ["type"],
 )
 DEAD_LETTERS = Counter(
     "faultline_dead_letters", "Records set aside as dead letters, by the stage that refused them.", ["stage"]
@@ -194,6 +199,10 @@ AGENT_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("faultline_producer_dropped_total", "counter", ("source",),
                "Records lost: evicted from a full spool, or rejected by the broker for good."),
     MetricSpec("faultline_producer_spool_backlog_bytes", "gauge", (), "Bytes in the spool not yet acknowledged."),
+    MetricSpec("faultline_producer_spool_lost_total", "counter", ("source", "kind", "reason"),
+               "Events the spool lost, by source, event kind and reason (producers/spool/losses.py)."),
+    MetricSpec("faultline_producer_spool_disk_full_total", "counter", (),
+               "Writes to the spool that found its disk full."),
     MetricSpec("faultline_pod_gpu_info", "gauge", ("node", "namespace", "pod", "gpu_uuid", "gpu_index"),
                "1 for each GPU the kubelet assigned to a pod (PodResources API)."),
 )

@@ -100,7 +100,7 @@ class Correlator:
         self._out: list[Decision] = []
         s = self.state
         ctx = RuleContext(s, policy, self._out)
-        planner = Planner(policy, s.topology, s.ledger, s.hardware_work)
+        planner = Planner(policy, s.topology, s.ledger, s.hardware_work, s.blast)
         lemons = LemonRules(ctx)  # watches the lifecycle's versions: a lemon is fenced before its restart
         life = IncidentLifecycle(ctx, planner, watcher=lemons)
         recovery = RecoveryRules(ctx, life, planner)

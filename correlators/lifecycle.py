@@ -316,8 +316,14 @@ class IncidentLifecycle:
             return
         cmds = self.plan.immediate(inc, now, only)
         self.out.extend(cmds)
+        held = self.plan.blast.held_reasons(cmds)
+        if held:  # the incident says why its fences wait for a person
+            why = f"blast radius: {len(held)} fence(s) wait for approval ({held[0]})"
+            inc.summary = f"{inc.summary}; {why}" if inc.summary else why
         if cmds and inc.state == "open" and inc.category in HARDWARE_CATEGORIES:
             self.set_state(inc, "mitigating", now)
+        elif held:
+            self.emit(inc, now)
 
     def emit(self, inc: OpenIncident, now: datetime) -> None:
         """A new version of the incident; published unless it is held. Its summary ends with what its

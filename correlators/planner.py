@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from correlators.blast_radius import BlastRadius
 from correlators.elastic_size import Sizing, restart_size
 from correlators.incident_state import OpenIncident, stable_id
 from correlators.policy import Policy
@@ -66,6 +67,7 @@ class Planner:
     topo: Topology
     ledger: QuarantineLedger
     hardware_work: dict[str, list[WorkOwner]] = field(default_factory=dict)
+    blast: BlastRadius = field(default_factory=BlastRadius)
 
     def immediate(self, inc: OpenIncident, now: datetime, only: tuple[str, ...] | None = None) -> list[Command]:
         """Every non-restart action of the incident's category not yet issued for it (or, for work on
@@ -83,7 +85,8 @@ class Planner:
             for category, hardware, actions in groups:
                 if action in actions:
                     out.extend((category, c) for c in self._action(inc, category, hardware, action, now))
-        return [c for category, c in out if self._first_for_hardware(inc, category, c) and self._fresh(inc, c)]
+        cmds = [c for category, c in out if self._first_for_hardware(inc, category, c) and self._fresh(inc, c)]
+        return self.blast.limit(cmds, self.policy.blast_radius, self.topo, self.ledger, now)
 
     def _first_for_hardware(self, inc: OpenIncident, category: str, cmd: Command) -> bool:
         if cmd.type not in HARDWARE_ONCE or cmd.target.node is None:
@@ -97,7 +100,7 @@ class Planner:
 
     def notify(self, inc: OpenIncident, now: datetime, message: str, severity: str) -> list[Command]:
         cmd = self._notify_cmd(inc, now, message, severity)
-        return [cmd] if self._fresh(inc, cmd) else []
+        return self.blast.limit([cmd], self.policy.blast_radius, self.topo, self.ledger, now) if self._fresh(inc, cmd) else []
 
     def restart(self, inc: OpenIncident, job: Job, checkpoint: dict[str, Any] | None, now: datetime,
                 requires_approval: bool, reason: str, extra_exclude_nodes: list[str],

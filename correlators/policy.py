@@ -9,6 +9,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from correlators.blast_radius import BlastLimits
 from streams.decisions import CATEGORIES
 
 __all__ = ["Policy", "CategoryRule", "Timing", "Thresholds", "RestartLimits", "Gate", "Checkpoints", "Lemons", "load_policy",
@@ -156,6 +157,7 @@ class Policy(_Strict):
     gate: Gate = Gate()
     checkpoints: Checkpoints = Checkpoints()
     lemons: Lemons = Lemons()
+    blast_radius: BlastLimits = BlastLimits()
 
     @field_validator("xid")
     @classmethod

@@ -37,6 +37,7 @@ from pydantic import ConfigDict, GetCoreSchemaHandler, TypeAdapter
 from pydantic_core import core_schema
 
 from correlators.attribution import BmcView
+from correlators.blast_radius import BlastRadius
 from correlators.findings import Finding
 from correlators.gpu_health import GpuHealth
 from correlators.incident_state import OpenIncident
@@ -140,6 +141,7 @@ class EngineState:
     topology: Topology = field(default_factory=Topology)
     ledger: QuarantineLedger = field(default_factory=QuarantineLedger)
     hardware_work: dict[str, list[WorkOwner]] = field(default_factory=dict)  # node -> planner's owners
+    blast: BlastRadius = field(default_factory=BlastRadius)  # fences of the window, those held past the limit
     # --- hardware: per GPU (node -> index -> ...) and per node
     health: dict[str, dict[int, GpuHealth]] = field(default_factory=dict)
     awaiting_remap: dict[str, dict[int, AwaitingRemap]] = field(default_factory=dict)

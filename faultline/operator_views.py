@@ -16,6 +16,7 @@ from rich.console import Console
 
 from faultline.story import Entry, gate_lines, group, story
 from faultline.terminal import Column, human_time, make_console, plural, print_table
+from producers.spool.losses import SPOOL_STAGE
 from sinks.archive.store import Archive
 
 __all__ = ["status_data", "print_status", "incident_data", "print_incident", "job_incidents"]
@@ -44,8 +45,12 @@ def status_data(archive: Archive) -> dict[str, Any]:
         "ORDER BY c.issued_at")
     sources = archive.query("SELECT source, max(ts) AS last_event, count() AS events FROM events GROUP BY source "
                             "ORDER BY source")
+    # What agents' spools lost (a full disk, the size bound), as each reported once it could deliver again.
+    spool_losses = archive.query("SELECT at, reason FROM deadletters FINAL WHERE stage = {stage:String} "
+                                 "ORDER BY at DESC LIMIT 10", {"stage": SPOOL_STAGE})
     return {"open_incidents": incidents, "quarantined_gpus": fenced, "cordoned_nodes": cordoned,
-            "waiting_for_approval": waiting, "dead_letters": archive.count("deadletters"), "sources": sources}
+            "waiting_for_approval": waiting, "dead_letters": archive.count("deadletters"), "sources": sources,
+            "spool_losses": spool_losses}
 
 
 def print_status(data: dict[str, Any], console: Console | None = None) -> None:
@@ -64,6 +69,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
             Column("issued_at", "issued", "time")]),
         ("Sources", "sources", [
             Column("source"), Column("last_event", "last event", "time"), Column("events", kind="number")]),
+        ("Spool losses (newest 10)", "spool_losses", [Column("at", kind="time"), Column("reason")]),
     ]
     for title, key, columns in sections:
         rows = data[key]

@@ -14,7 +14,7 @@ from prometheus_client import Counter, Gauge
 
 __all__ = [
     "ALREADY_DELIVERED", "BAD_LINES", "DROPPED", "OBSERVATIONS", "PARSE_ERRORS", "SENT", "SOURCE_ERRORS",
-    "SPOOL_BACKLOG", "SPOOLED",
+    "SPOOL_BACKLOG", "SPOOL_DISK_FULL", "SPOOL_LOST", "SPOOLED",
 ]
 
 SENT = Counter(
@@ -41,6 +41,16 @@ PARSE_ERRORS = Counter(
 )
 OBSERVATIONS = Counter("faultline_agent_observations", "Observations a source produced.", ["source"])
 SOURCE_ERRORS = Counter("faultline_agent_source_errors", "Polls or starts of a source that failed.", ["source"])
+SPOOL_LOST = Counter(
+    "faultline_producer_spool_lost",
+    "Events the spooling publisher lost, by source, event kind and reason (producers.spool.losses: disk_full, "
+    "over_bound, refused, rejected, unreadable).",
+    ["source", "kind", "reason"],
+)
+SPOOL_DISK_FULL = Counter(
+    "faultline_producer_spool_disk_full",
+    "Writes to the spool that found its disk full (each one then evicted the oldest segment or refused the records).",
+)
 SPOOL_BACKLOG = Gauge("faultline_producer_spool_backlog_bytes", "Bytes in the spool not yet acknowledged.")
 BAD_LINES = Counter(
     "faultline_capture_bad_lines",

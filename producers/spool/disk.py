@@ -11,9 +11,20 @@ What a crash may leave, and what this module makes of it:
   tail segment is read back record by record and cut at the first one that is torn or fails its
   checksum (nothing after it was synced either). A bad record elsewhere (bit rot) is reported as
   such by :meth:`Spool.read` and never handed on as data.
-* **the cursor** (``cursor.json``: the first record not yet acknowledged, and ``handed_since``,
-  see below) is replaced atomically and synced (:func:`producers.node.state.save_state`) before
-  any segment it finished is deleted, so it never points past what is still on disk.
+* **the cursor** (``cursor.dat``: the first record not yet acknowledged, and ``handed_since``,
+  see below) is written in place into one of two preallocated slots and synced
+  (:mod:`producers.spool.cursor`) before any segment it finished is deleted, so it never points
+  past what is still on disk, and saving it needs no free space.
+
+**A full disk** (``ENOSPC``/``EDQUOT`` from a write or its sync; issue 26): what the failed
+append wrote is cut off again (truncating needs no space), then room is made the way the size
+bound makes it -- the oldest segment is evicted (if the tail is the only one, it is closed first
+and a new tail begun) -- and the append tried again; what was evicted is handed back to the
+caller (:class:`Appended`) to be counted. Only when nothing older is left to evict are the new
+records themselves refused (counted too). Nothing stays wedged: the next append tries again,
+and once the disk has room appends succeed with no step by anyone. So that evicting a segment
+frees a useful share of a small disk, a segment holds at most 1/:data:`SEGMENTS_PER_DISK` of its
+filesystem's size (and ``segment_bytes``).
 
 A record on disk is one line: ``<crc32 of the payload, 8 hex digits> <payload>`` where the
 payload is the caller's line (ending in its newline). Lines without the checksum (written by an
@@ -30,44 +41,23 @@ from __future__ import annotations
 import logging
 import os
 import time
-import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from common.private import private_dir
-from producers.node.state import load_state, save_state
+from producers.spool.cursor import NO_SPACE, CursorFile
+from producers.spool.records import frame, unframe
 
-__all__ = ["Spool", "SpoolEntry", "frame", "unframe"]
+__all__ = ["Appended", "Spool", "SpoolEntry", "frame", "unframe"]
 
 log = logging.getLogger("faultline.producer.spool")
 
 _SEGMENT_SUFFIX = ".jsonl"
-_CURSOR = "cursor.json"
-_CRC_LEN = 8
 _SAVE_EVERY_S = 0.5
-
-
-def frame(line: bytes) -> bytes:
-    """A payload line as stored: its CRC-32, a space, the line."""
-    return b"%08x " % zlib.crc32(line) + line
-
-
-def unframe(raw: bytes, legacy_ok: bool = True) -> bytes | None:
-    """The payload of a stored line, or None when it is torn or fails its checksum (or is unframed where
-    ``legacy_ok`` is False: after a checksummed line, an unframed one can only be garbage)."""
-    if not raw.endswith(b"\n"):
-        return None
-    if raw[_CRC_LEN:_CRC_LEN + 1] == b" ":
-        payload = raw[_CRC_LEN + 1:]
-        try:
-            crc = int(raw[:_CRC_LEN], 16)
-        except ValueError:
-            return None
-        return payload if zlib.crc32(payload) == crc else None
-    if legacy_ok and raw.startswith(b"{"):
-        return raw  # written before records carried a checksum
-    return None
+#: A segment holds at most this share of its filesystem, so that evicting one frees room on a small disk.
+SEGMENTS_PER_DISK = 16
+_MIN_SEGMENT = 4096
 
 
 def _sync_dir(directory: Path) -> None:
@@ -77,6 +67,15 @@ def _sync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@dataclass
+class Appended:
+    """What :meth:`Spool.append` did: ``stored`` (False: refused, the disk full and nothing older left),
+    and the segments it evicted to make room, as ``(segment, its unread lines)``."""
+
+    stored: bool = True
+    evicted: list[tuple[int, list[bytes]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -108,9 +107,16 @@ class Spool:
         self.directory = Path(directory)
         private_dir(self.directory)  # what the node saw, before it is sent: this user's alone
         self.max_bytes = max_bytes
-        self.segment_bytes = segment_bytes
+        disk = os.statvfs(self.directory)
+        #: Where a segment is closed: ``segment_bytes``, or less on a small disk (see the module docstring).
+        self.segment_bytes = min(segment_bytes, max(_MIN_SEGMENT, disk.f_blocks * disk.f_frsize // SEGMENTS_PER_DISK))
+        #: Appends that found the disk full, and whether the last one did.
+        self.disk_full_count = 0
+        self.disk_full = False
         self._sizes = {self._number(p): p.stat().st_size for p in self.directory.glob(f"*{_SEGMENT_SUFFIX}")}
-        saved = load_state(self.directory / _CURSOR) or {}
+        self._cursor_file = CursorFile(self.directory)
+        saved = self._cursor_file.load() or {}
+        self._cursor_file.prepare()
         head = min(self._sizes, default=1)
         segment, offset = int(saved.get("segment", head)), int(saved.get("offset", 0))
         self._cursor = (segment, offset) if segment in self._sizes else (head, 0)
@@ -126,7 +132,7 @@ class Spool:
         if self._cursor[0] == self.tail and self._cursor[1] > self._sizes[self.tail]:
             log.error("spool: the cursor points past the end of %s; resuming at its end", self._path(self.tail).name)
             self._cursor = (self.tail, self._sizes[self.tail])
-        self._writer: BinaryIO = open(self._path(self.tail), "ab")
+        self._writer = self._open_tail()
         self._read_at = self._cursor
         self._reader: BinaryIO | None = None
         self.unread = self._count_from(*self._cursor)
@@ -150,6 +156,9 @@ class Spool:
     @staticmethod
     def _number(path: Path) -> int:
         return int(path.name[: -len(_SEGMENT_SUFFIX)])
+
+    def _open_tail(self) -> int:
+        return os.open(self._path(self.tail), os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
 
     def _new_segment(self, number: int) -> None:
         """Create an empty segment durably (its directory entry synced before any record goes in)."""
@@ -194,23 +203,67 @@ class Spool:
         """Bytes not yet committed."""
         return sum(self._sizes.values()) - self._cursor[1]
 
-    def append(self, lines: list[bytes]) -> None:
-        """Add records (each one line, ending in a newline) at the tail; on disk when this returns."""
+    def append(self, lines: list[bytes]) -> Appended:
+        """Add records (each one line, ending in a newline) at the tail; on disk when this returns stored
+        (a full disk: see the module docstring)."""
         if any(not line.endswith(b"\n") or line.count(b"\n") != 1 for line in lines):
             raise ValueError("spool: every record is one line ending in a newline")
-        if self._sizes[self.tail] >= self.segment_bytes:
-            self._rotate()
-        self._writer.write(b"".join(frame(line) for line in lines))
-        self._writer.flush()
-        os.fdatasync(self._writer.fileno())
-        self._sizes[self.tail] = self._writer.tell()
+        data = b"".join(frame(line) for line in lines)
+        done = Appended()
+        while True:
+            try:
+                if self._sizes[self.tail] >= self.segment_bytes:
+                    self._rotate()
+                self._write(data)
+                break
+            except OSError as exc:
+                if exc.errno not in NO_SPACE:
+                    raise
+                self.disk_full_count += 1
+                self.disk_full = True
+                evicted = self._make_room()
+                if evicted is None:
+                    log.error("spool: the disk of %s is full and nothing older is left to evict: %d records "
+                              "refused", self.directory, len(lines))
+                    done.stored = False
+                    return done
+                done.evicted.append(evicted)
+        self.disk_full = False
         self.unread += len(lines)
+        return done
+
+    def _write(self, data: bytes) -> None:
+        """Append ``data`` to the tail and sync it; on an error, cut off what was written and raise."""
+        start = self._sizes[self.tail]
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._writer, view):]
+            os.fdatasync(self._writer)
+        except OSError:
+            os.ftruncate(self._writer, start)
+            raise
+        self._sizes[self.tail] = start + len(data)
+
+    def _make_room(self) -> tuple[int, list[bytes]] | None:
+        """Evict the oldest segment (closing the tail first if it is the only one with records); None if
+        there is nothing to evict but the new records."""
+        if len(self._sizes) == 1:
+            if self._sizes[self.tail] == self._cursor[1]:
+                return None  # the tail holds nothing not yet committed
+            try:
+                self._rotate()
+            except OSError as exc:
+                if exc.errno not in NO_SPACE:
+                    raise
+                return None
+        return self._evict_head()
 
     def _rotate(self) -> None:
-        self._writer.close()
         number = self.tail + 1
         self._new_segment(number)
-        self._writer = open(self._path(number), "ab")
+        os.close(self._writer)
+        self._writer = self._open_tail()
 
     def read(self, max_records: int) -> list[SpoolEntry]:
         """Up to ``max_records`` records after the read pointer, which moves past them."""
@@ -264,9 +317,17 @@ class Spool:
         state = (self._cursor, self.handed_since)
         if state == self._saved or (not force and time.monotonic() - self._saved_at < _SAVE_EVERY_S):
             return
-        save_state(self.directory / _CURSOR, {"segment": self._cursor[0], "offset": self._cursor[1],
-                                              "handed_since": self.handed_since})
-        self._saved, self._saved_at = state, time.monotonic()
+        try:
+            self._cursor_file.save({"segment": self._cursor[0], "offset": self._cursor[1],
+                                    "handed_since": self.handed_since})
+        except OSError as exc:
+            if exc.errno not in NO_SPACE:
+                raise
+            # No room to create the cursor file: deleting what the cursor finished is still safe (a cursor
+            # pointing at a deleted segment resumes at the oldest one left), and frees room for the next save.
+            log.warning("spool: no room to create %s yet; saving the cursor later", self._cursor_file.path)
+        else:
+            self._saved, self._saved_at = state, time.monotonic()
         for number in [n for n in self._sizes if n < self._cursor[0]]:
             self._delete(number)
 
@@ -276,6 +337,9 @@ class Spool:
             return None
         if len(self._sizes) == 1:
             self._rotate()
+        return self._evict_head()
+
+    def _evict_head(self) -> tuple[int, list[bytes]]:
         oldest = self.head
         unread = self._unread_lines(oldest)
         self.unread -= len(unread)
@@ -303,7 +367,8 @@ class Spool:
 
     def close(self) -> None:
         self.save(force=True)
-        self._writer.close()
+        os.close(self._writer)
+        self._cursor_file.close()
         if self._reader is not None:
             self._reader.close()
             self._reader = None

@@ -16,8 +16,11 @@ forward only over records whose delivery report said "delivered". So:
   given on disk (:mod:`producers.spool.disk`), first reads back which of the records after the
   cursor its predecessor had delivered without recording it (:mod:`producers.spool.readback`),
   and sends only the others;
-- **the spool is full** (``max_bytes``): its oldest segment is evicted; the records lost that
-  way are counted in ``dropped`` -- only then is anything dropped.
+- **the spool is full** (``max_bytes``), **or its disk is** (``ENOSPC``): its oldest segment is
+  evicted (:mod:`producers.spool.disk`); only when nothing older is left are new records
+  refused. Every event lost is counted in ``dropped`` and by source, kind and reason
+  (:mod:`producers.spool.losses`), and once a delivery succeeds again one dead letter of stage
+  ``spool`` says what was lost. Appends succeed again as soon as there is room: no step by anyone.
 
 A record is handed to the producer again only after its delivery failed, never while it may
 still be delivered; and the producer is idempotent, so a broker restart or a leader change does
@@ -51,7 +54,9 @@ from producers.batching import Batcher, Batching
 from producers.delivery import event_key
 from producers.spool.disk import Spool, SpoolEntry
 from producers.spool.kafka_log import KAFKA_LOG
+from producers.spool.losses import Losses, LossReason
 from producers.spool.readback import ReadBack, record_digest
+from producers.spool.records import parse_line, record_line
 from streams.cells import DEFAULT_CELL
 from streams.decisions import DeadLetter
 from streams.events import Event
@@ -78,23 +83,7 @@ class _Handed:
     events: int = 1  # events in the record (a batch record holds several)
     first_handed_ms: int = 0
     state: str = "inflight"  # inflight | acked | failed
-    evicted: bool = False
-
-
-def _record_line(topic: str, key: bytes, value: bytes, source: str, events: int = 1) -> bytes:
-    record: dict[str, Any] = {"topic": topic, "key": key.decode(), "source": source, "value": value.decode()}
-    if events != 1:
-        record["events"] = events  # a batch record (lines without it, older ones too, hold one)
-    return json.dumps(record, separators=(",", ":")).encode() + b"\n"
-
-
-def _source_of(line: bytes) -> tuple[str, int]:
-    """The source of a spooled record and how many events it holds."""
-    try:
-        record = json.loads(line)
-        return str(record["source"]), int(record.get("events", 1))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return "unknown", 1
+    evicted: LossReason | None = None  # why its segment was evicted (None: it was not)
 
 
 def _wall_ms() -> int:
@@ -154,6 +143,9 @@ class SpoolingPublisher:
         self._fatal = False
         self._broker_down = False
         self.sent = self.spooled = self.dropped = self.already_delivered = 0
+        self.losses = Losses()
+        self._report_due = False
+        self._full_logged_at = -60.0
         # Until the cursor passes the records spooled before this start, a copy of one of them from an
         # earlier process may be in Kafka from as early as the recorded time: the cursor keeps saying so.
         self._floor: tuple[int, tuple[int, int]] | None = None
@@ -184,28 +176,39 @@ class SpoolingPublisher:
         """Spool ``events`` (keyed by the publisher's cell; batched: this call's, several to a record);
         on disk when this returns."""
         if self._batching is None:
-            lines = [_record_line(self._events_topic, self._event_key, e.model_dump_json().encode(), e.source)
+            lines = [record_line(self._events_topic, self._event_key, e.model_dump_json().encode(), e.source)
                      for e in events]
         else:
             batcher = Batcher(self._batching)
             packed = [p for e in events for p in batcher.add(e)] + batcher.flush()
-            lines = [_record_line(self._events_topic, self._event_key, p.value, p.source, p.events) for p in packed]
+            lines = [record_line(self._events_topic, self._event_key, p.value, p.source, p.events) for p in packed]
         self._append(lines)
 
     def dead_letter(self, dl: DeadLetter) -> None:
         """Spool a dead letter (keyed by stage) like an event."""
-        self._append([_record_line(self._dead_topic, dl.stage.encode(), dl.model_dump_json().encode(),
+        self._append([record_line(self._dead_topic, dl.stage.encode(), dl.model_dump_json().encode(),
                                    _DEAD_LETTER_SOURCE)])
 
     def _append(self, lines: list[bytes]) -> None:
         if not lines:
             return
-        self.spool.append(lines)
+        done = self.spool.append(lines)
+        if done.evicted or not done.stored:
+            metrics.SPOOL_DISK_FULL.inc()
+            if self._clock() - self._full_logged_at >= 60:
+                self._full_logged_at = self._clock()
+                log.error("spool: the disk of %s is full: evicting the oldest records (counted as dropped)",
+                          self.spool.directory)
+        for segment, unread in done.evicted:
+            self._evicted(segment, unread, "disk_full")
+        if not done.stored:
+            for line in lines:
+                self._drop_line(line, "refused")
         self._evict_past_bound()
         self.pump()
-        waiting = min(len(lines), self.spool.unread)  # the newest records wait behind older ones
+        waiting = min(len(lines), self.spool.unread) if done.stored else 0  # the newest wait behind older ones
         for line in lines[len(lines) - waiting :]:
-            source, events = _source_of(line)
+            source, events = parse_line(line)[::2]
             metrics.SPOOLED.labels(source).inc(events)
             self.spooled += events
 
@@ -214,6 +217,10 @@ class SpoolingPublisher:
     def pump(self) -> None:
         """Collect delivery reports, then hand retries (after the back-off) and new records."""
         self._producer.poll(0)
+        if self._report_due:
+            self._report_due = False
+            if (report := self.losses.report()) is not None:
+                self.dead_letter(report)
         if self._fatal:
             self._replace_producer()
         if self._retry and self._clock() >= self._retry_at:
@@ -235,7 +242,7 @@ class SpoolingPublisher:
             except (ValueError, KeyError, TypeError, AttributeError):
                 log.error("spool: dropping an unreadable record in segment %d", entry.segment)
                 self._window.append(_Handed(entry, "", b"", b"", "unknown", state="acked"))
-                self._drop("unknown")
+                self._drop("unknown", b"", 1, "unreadable")
                 continue
             self._window.append(handed)
             if self._delivered_before(handed):
@@ -285,6 +292,7 @@ class SpoolingPublisher:
             self.sent += handed.events
             metrics.SENT.labels(handed.source).inc(handed.events)
             self._backoff = self._backoff_min
+            self._report_due = self._report_due or bool(self.losses.pending)
             if self._broker_down:
                 log.info("Kafka answers again; sending the spool")
                 self._broker_down = False
@@ -292,7 +300,7 @@ class SpoolingPublisher:
             if not handed.evicted:
                 log.error("Kafka rejected a %s record for good: %s", handed.source, err)
             handed.state = "acked"  # done with it: let the cursor pass
-            self._drop(handed.source, handed.events)
+            self._drop(handed.source, handed.value, handed.events, handed.evicted or "rejected")
         else:
             handed.state = "failed"
             self._retry.append(handed)
@@ -339,22 +347,29 @@ class SpoolingPublisher:
 
     def _evict_past_bound(self) -> None:
         while (evicted := self.spool.evict_oldest()) is not None:
-            segment, unread = evicted
-            for line in unread:
-                self._drop(*_source_of(line))
-            for handed in self._window:
-                if handed.entry.segment == segment:
-                    handed.evicted = True
-            for handed in [h for h in self._retry if h.evicted]:
-                self._retry.remove(handed)
-                handed.state = "acked"
-                self._drop(handed.source, handed.events)
-            log.warning("spool over %d bytes: dropped segment %d (%d records never sent)",
-                        self.spool.max_bytes, segment, len(unread))
+            self._evicted(*evicted, "over_bound")
 
-    def _drop(self, source: str, events: int = 1) -> None:
+    def _evicted(self, segment: int, unread: list[bytes], reason: LossReason) -> None:
+        """Account for an evicted segment: its unread records, and those of it handed on or awaiting a retry."""
+        for line in unread:
+            self._drop_line(line, reason)
+        for handed in self._window:
+            if handed.entry.segment == segment:
+                handed.evicted = reason
+        for handed in [h for h in self._retry if h.evicted]:
+            self._retry.remove(handed)
+            handed.state = "acked"
+            self._drop(handed.source, handed.value, handed.events, reason)
+        log.warning("spool %s: dropped segment %d (%d records never sent)",
+                    "disk full" if reason == "disk_full" else f"over {self.spool.max_bytes} bytes", segment, len(unread))
+
+    def _drop_line(self, line: bytes, reason: LossReason) -> None:
+        self._drop(*parse_line(line), reason)
+
+    def _drop(self, source: str, value: bytes, events: int, reason: LossReason) -> None:
         self.dropped += events
         metrics.DROPPED.labels(source).inc(events)
+        self.losses.add(source, value, events, reason)
 
     # --- end -----------------------------------------------------------------------
 

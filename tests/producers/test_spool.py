@@ -18,6 +18,7 @@ from common.kafka_reader import read_topic
 from deploy.local.kafka import LocalKafka
 from producers.capture import parse_capture_line
 from producers.spool import ReconnectLogThrottle, Spool, SpoolingPublisher
+from producers.spool.cursor import CursorFile
 from producers.spool.disk import unframe
 from streams.events import Event
 from streams.topics import topic_name
@@ -39,7 +40,7 @@ def _closed_port() -> int:
 
 def _spooled_ids(directory: Path) -> list[str]:
     """Event ids still in the spool's segment files, cursor applied, in order."""
-    cursor = json.loads((directory / "cursor.json").read_text()) if (directory / "cursor.json").exists() else None
+    cursor = CursorFile(directory).load()
     ids = []
     for segment in sorted(directory.glob("*.jsonl")):
         data = segment.read_bytes()
