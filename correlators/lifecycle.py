@@ -29,6 +29,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from correlators.belonging import fence_owner, note_repeat
 from correlators.findings import HARDWARE_CATEGORIES, NODE_CATEGORIES, PRIORITY, Finding
 from correlators.incident_state import OpenIncident, OtherFault, stable_id
 from correlators.planner import Planner
@@ -283,6 +284,12 @@ class IncidentLifecycle:
                   actions_only: tuple[str, ...] | None = None, severity: str | None = None) -> OpenIncident:
         """Record a condition of ``job`` (or, without a job, of ``node``'s hardware): new, or more evidence."""
         subject = node if job is None else None
+        owner = fence_owner(self.state, node, gpus, category) if job is None else None
+        if owner is not None:  # a repeat on hardware fenced for this very cause: the fence's evidence
+            owner.add_evidence(evidence)
+            if note_repeat(owner, reason):
+                self.emit(owner, ts)
+            return owner
         inc = self.state.condition(job, subject, category)
         if inc is not None and inc.state not in DONE:
             inc.add_evidence(evidence)
