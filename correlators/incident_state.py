@@ -29,6 +29,7 @@ class OtherFault:
     gpus: set[int] = field(default_factory=set)
     reason: str = ""
     ts: Instant | None = None
+    id: str = ""  # its own incident's public id (correlators.root_causes): one incident per job and root cause
 
 
 @dataclass
@@ -118,7 +119,8 @@ class OpenIncident:
                 excluded=[GateExclusion(node=x.node, gpu=None if x.gpu is None else name(x.node, x.gpu),
                                         verdict=x.verdict, why=x.why) for x in g.excluded])
         faults = [Fault(category=o.category,  # type: ignore[arg-type]
-                        culprit=Culprit(node=o.node, gpus=[name(o.node, i) for i in sorted(o.gpus)]), reason=o.reason)
+                        culprit=Culprit(node=o.node, gpus=[name(o.node, i) for i in sorted(o.gpus)]), reason=o.reason,
+                        incident=o.id or None)
                   for o in self.others]
         return Incident(
             id=self.id,

@@ -34,6 +34,7 @@ from correlators.findings import HARDWARE_CATEGORIES, NODE_CATEGORIES, PRIORITY,
 from correlators.incident_state import OpenIncident, OtherFault, stable_id
 from correlators.planner import Planner
 from correlators.restart_gate import GateJudge, waiting_text
+from correlators.root_causes import fault_id, second_incidents
 from correlators.rules.base import RuleContext
 
 __all__ = ["ACTIVE", "DONE", "IncidentLifecycle", "VersionWatcher"]
@@ -200,8 +201,11 @@ class IncidentLifecycle:
         """Record a second culprit of ``category``; True when its hardware is new to the incident."""
         o = inc.other(category, node)
         if o is None:
-            inc.others.append(OtherFault(category, node, set(gpus), reason, ts))
-            inc.summary = f"{inc.summary}; also {reason} ({category})" if inc.summary else reason
+            o = OtherFault(category, node, set(gpus), reason, ts)
+            o.id = fault_id(inc, o)  # its own incident (root_causes): one per job and root cause
+            inc.others.append(o)
+            also = f"also {reason} ({category}, incident {o.id})" if inc.job else reason
+            inc.summary = f"{inc.summary}; {also}" if inc.summary else also
             return True
         if gpus <= o.gpus:
             return False
@@ -338,6 +342,7 @@ class IncidentLifecycle:
         waiting = waiting_text(inc.gate.waiting) if inc.gate is not None and not inc.gate.passed else ""
         summary = "; ".join(x for x in (inc.summary, waiting) if x)
         self.out.append(inc.to_model(gpu_ids, topo.gpu_id, summary))
+        self.out.extend(second_incidents(inc, inc.version, topo.gpu_id, lambda c: self.p.rule(c).severity))
         if self.watcher is not None:
             self.watcher.on_version(inc, now)
 

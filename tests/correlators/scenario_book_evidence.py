@@ -120,3 +120,107 @@ def idle_hardware_not_fenced_is_news() -> S:
         must_not=[{"type": "cordon_node"}],
     )
 
+
+
+# --- 8: two root causes, two incidents ------------------------------------------------------------------
+def _q(node: str, gpu: int) -> dict[str, Any]:
+    return {"type": "quarantine_gpu", "node": node, "gpu": gpu}
+
+
+def _linked(first: str, second: str) -> Check:
+    """The second root cause's incident says which rule made it and names the incident whose restart serves
+    it; the job's incident lists it among its faults, by that id."""
+    def check(out: dict[str, Any], cap: Capture) -> list[str]:
+        incs = {i["category"]: i for i in _incidents(out, "pt")}
+        lead, other = incs.get(first), incs.get(second)
+        if lead is None or other is None:
+            return [f"want a {first} and a {second} incident of pt, got {sorted(incs)}"]
+        bad = []
+        if "a second root cause" not in other["summary"] or lead["id"] not in other["summary"]:
+            bad.append(f"the {second} incident does not say which rule made it: {other['summary']}")
+        if other["id"] not in [f.get("incident") for f in lead.get("faults", [])]:
+            bad.append(f"the {first} incident does not name its second fault's incident: {lead.get('faults')}")
+        restarts = [c for c in out["commands"] if c["type"] == "restart_job"]
+        if restarts and restarts[0]["incident"] != lead["id"]:
+            bad.append("the one restart should serve the job's incident (and so both)")
+        return bad
+    return check
+
+
+def _two_causes(first: tuple[str, int, str], second: tuple[str, int, str], lead: tuple[str, int, str]) -> dict[str, Any]:
+    other = second if lead == first else first
+    return expect(
+        incidents=[{"job": "pt", "category": lead[2], "culprit_node": lead[0], "culprit_gpus": [lead[1]]},
+                   {"job": "pt", "category": other[2], "culprit_node": other[0], "culprit_gpus": [other[1]]}],
+        must=[_q(first[0], first[1]), _q(second[0], second[1]),
+              restart("pt", excludes_gpu=[first[0], first[1]]), restart("pt", excludes_gpu=[second[0], second[1]])],
+        order=[[_q(first[0], first[1]), restart("pt")], [_q(second[0], second[1]), restart("pt")]],
+        unique=[restart("pt"), _q(first[0], first[1]), _q(second[0], second[1])],
+        must_not=[{"type": "cordon_node"}],
+        _check=_linked(lead[2], other[2]),
+    )
+
+
+@scenario
+def off_the_bus_then_double_bit_error_elsewhere() -> S:
+    """A four-node job: GPU 2 of b03 falls off the bus and its rank dies; 18 s later GPU 5 of b01 reports a
+    double-bit ECC error, NVML's counter with it. Two independent faults: two incidents, each with its own
+    category and culprit, both quarantined before the one restart, which excludes both."""
+    cap = fleet("b01", "b02", "b03", "b04", "b05").job("pt", ["b01", "b02", "b03", "b04"])
+    cap.xid(900, "b03", 2, 79).crash(901, "pt", rank=18)
+    cap.xid(918, "b01", 5, 48).metric(918.4, "b01", 5, ecc_dbe_volatile=1, ecc_dbe_aggregate=1)
+    first, second = ("b03", 2, "gpu_off_bus"), ("b01", 5, "gpu_memory_fault")
+    return cap, _two_causes(first, second, lead=first)
+
+
+@scenario
+def firmware_fault_then_nvlink_fault_on_another_node() -> S:
+    """GSP times out on GPU 4 of n1 (XID 119) and the rank dies; 10 s later n2 GPU 0 logs a fatal NVLink error
+    (XID 74), its line arriving late: two incidents, one restart leaving both GPUs out."""
+    cap = fleet("n1", "n2", "n3").job("pt", ["n1", "n2"])
+    cap.xid(900, "n1", 4, 119).crash(901, "pt", rank=4, error="RuntimeError: CUDA error: unspecified launch failure")
+    cap.xid(910, "n2", 0, 74).late(12)
+    first, second = ("n1", 4, "gpu_firmware_fault"), ("n2", 0, "gpu_nvlink_fault")
+    exp = _two_causes(first, second, lead=first)
+    exp["must_not"] = [{"type": "cordon_node"}, {"type": "reset_gpu", "requires_approval": False}]
+    return cap, exp
+
+
+@scenario
+def memory_fault_first_then_a_gpu_off_the_bus_on_the_same_node() -> S:
+    """A double-bit error on GPU 1 of n1 crashes the job; GPU 6 of the same node falls off the bus 15 s later:
+    two GPUs, two causes -- two incidents (the stronger cause leads the job's), both fenced, one restart."""
+    cap = fleet("n1", "n2", "n3").job("pt", ["n1", "n2"])
+    cap.xid(900, "n1", 1, 48).crash(901, "pt", rank=1, error=DBE)
+    cap.xid(915, "n1", 6, 79).dup(1)
+    first, second = ("n1", 1, "gpu_memory_fault"), ("n1", 6, "gpu_off_bus")
+    return cap, _two_causes(first, second, lead=second)
+
+
+@scenario
+def one_cause_on_two_gpus_is_one_incident() -> S:
+    """Not two root causes: GPU 1 of n1 and GPU 6 of n2 both fall off the bus (different supplies) within
+    seconds -- one cause, one incident blaming both, one restart excluding both."""
+    cap = fleet("n1", "n2", "n3").job("pt", ["n1", "n2"])
+    cap.xid(900, "n1", 1, 79).crash(901, "pt", rank=1)
+    cap.xid(906, "n2", 6, 79)
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [1]}],
+        must=[_q("n1", 1), _q("n2", 6), restart("pt", excludes_gpu=["n1", 1]), restart("pt", excludes_gpu=["n2", 6])],
+        order=[[_q("n2", 6), restart("pt")]],
+        unique=[restart("pt")],
+    )
+
+
+@scenario
+def a_weaker_cause_on_the_blamed_gpu_is_no_second_incident() -> S:
+    """GPU 3 of n1 falls off the bus; a double-bit error line for that same GPU follows: the same hardware,
+    already blamed for a stronger cause -- one incident, one quarantine."""
+    cap = fleet("n1", "n2", "n3").job("pt", ["n1", "n2"])
+    cap.xid(900, "n1", 3, 79).crash(901, "pt", rank=3)
+    cap.xid(904, "n1", 3, 48).metric(904.5, "n1", 3, ecc_dbe_volatile=1, ecc_dbe_aggregate=1)
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [3]}],
+        must=[_q("n1", 3), restart("pt", excludes_gpu=["n1", 3])],
+        unique=[restart("pt"), _q("n1", 3)],
+    )
