@@ -70,6 +70,8 @@ class OpenIncident:
     reran: Instant | None = None  # when the job first ran again after this incident's restart
     restart_from: int | None = None  # the checkpoint step (and path) the last restart asked for
     restart_path: str | None = None
+    told_at: Instant | None = None  # when its owner was last told of it (a notify of its current facts)
+    tell_at: Instant | None = None  # ...and when the next one may go, if a change waits for it (rate limit)
 
     def hardware(self) -> list[tuple[str, set[int]]]:
         """Every (node, GPU indices) this incident blames for its category: the culprit first, then the rest."""

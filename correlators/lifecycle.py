@@ -32,6 +32,7 @@ from typing import Protocol
 from correlators.belonging import fence_owner, note_repeat
 from correlators.findings import HARDWARE_CATEGORIES, NODE_CATEGORIES, PRIORITY, Finding
 from correlators.incident_state import OpenIncident, OtherFault, stable_id
+from correlators.pinned import PINNED, pinned_node, pinned_text
 from correlators.planner import Planner
 from correlators.restart_gate import GateJudge, waiting_text
 from correlators.root_causes import fault_id, second_incidents
@@ -326,9 +327,30 @@ class IncidentLifecycle:
         if inc.held:
             return
         cmds = self.plan.immediate(inc, now, only)
+        if inc.tell_at is not None and not self.queue.armed("tell", (inc.id,)):
+            self.queue.arm("tell", (inc.id,), max(now, inc.tell_at))  # the facts changed too soon: tell them then
         self.out.extend(cmds)
         if cmds and inc.state == "open" and inc.category in HARDWARE_CATEGORIES:
             self.set_state(inc, "mitigating", now)
+
+    def pin(self, inc: OpenIncident, now: datetime) -> None:
+        """Before its restart is decided (the reports are in): a culprit the evidence pins to one node is
+        cordoned, so the gate counts it fenced and the restart leaves it out (:mod:`correlators.pinned`)."""
+        node = pinned_node(self.state, inc)
+        if node is None or self.state.ledger.is_fenced(node):
+            return
+        cmds = self.plan.fence_node(inc, node, now)
+        if cmds:
+            inc.summary = f"{inc.summary}; {pinned_text(self.state, inc, node)}"
+            self.out.extend(cmds)
+            self.emit(inc, now)
+            self.immediate(inc, now, ("notify",))
+
+    def tell(self, inc: OpenIncident, now: datetime) -> None:
+        """The ``tell`` timer: the facts that changed inside the notify interval are told now (once)."""
+        inc.tell_at = None
+        if not inc.held and inc.state not in FINISHED:
+            self.out.extend(self.plan.immediate(inc, now, ("notify",)))
 
     def emit(self, inc: OpenIncident, now: datetime) -> None:
         """A new version of the incident; published unless it is held. Its summary ends with what its
@@ -340,7 +362,11 @@ class IncidentLifecycle:
         topo = self.state.topology
         gpu_ids = [topo.gpu_id(inc.node, i) for i in sorted(inc.gpus)] if inc.node else []
         waiting = waiting_text(inc.gate.waiting) if inc.gate is not None and not inc.gate.passed else ""
-        summary = "; ".join(x for x in (inc.summary, waiting) if x)
+        pin = pinned_node(self.state, inc) if inc.category not in HARDWARE_CATEGORIES else None
+        fence = self.state.ledger.nodes.get(pin) if pin is not None else None
+        pinned = pinned_text(self.state, inc, pin) if pin is not None and fence and fence.incident == inc.id \
+            and PINNED not in inc.summary else ""
+        summary = "; ".join(x for x in (inc.summary, pinned, waiting) if x)
         self.out.append(inc.to_model(gpu_ids, topo.gpu_id, summary))
         self.out.extend(second_incidents(inc, inc.version, topo.gpu_id, lambda c: self.p.rule(c).severity))
         if self.watcher is not None:

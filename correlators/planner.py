@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from correlators.incident_state import OpenIncident, stable_id
@@ -92,6 +92,10 @@ class Planner:
                 return w.incident == inc.id
         owners.append(WorkOwner(cmd.type, category, cmd.target.gpu, inc.id))
         return True
+
+    def fence_node(self, inc: OpenIncident, node: str, now: datetime) -> list[Command]:
+        """Cordon ``node`` for ``inc`` (a culprit the evidence pins to the node: :mod:`correlators.pinned`)."""
+        return [c for c in self._action(inc, inc.category, [(node, set())], "cordon_node", now) if self._fresh(inc, c)]
 
     def notify(self, inc: OpenIncident, now: datetime, message: str, severity: str) -> list[Command]:
         cmd = self._notify_cmd(inc, now, message, severity)
@@ -182,8 +186,22 @@ class Planner:
                 "summary": summary,
             }, tag="" if main else category)]
         if action == "notify":
-            return [self._notify_cmd(inc, now, inc.summary or inc.category, inc.severity)]
+            return self._tell(inc, now)
         return []
+
+    def _tell(self, inc: OpenIncident, now: datetime) -> list[Command]:
+        """The notify of the incident's current facts: once per change of them, at most once per
+        ``timing.notify_min_interval_s`` -- a change inside it sets ``inc.tell_at``, when the current facts
+        are told (the lifecycle's ``tell`` timer), whatever changed meanwhile."""
+        cmd = self._notify_cmd(inc, now, inc.summary or inc.category, inc.severity)
+        if cmd.id in inc.issued:
+            return []
+        gap = self.policy.timing.notify_min_interval_s
+        if inc.told_at is not None and (now - inc.told_at).total_seconds() < gap:
+            inc.tell_at = inc.told_at + timedelta(seconds=gap)
+            return []
+        inc.told_at, inc.tell_at = now, None
+        return [cmd]
 
     def _notify_cmd(self, inc: OpenIncident, now: datetime, message: str, severity: str) -> Command:
         target = Target(job=inc.job, node=inc.node if inc.job is None else None)

@@ -54,7 +54,14 @@ class RecoveryRules:
         return {}
 
     def timer_handlers(self) -> Mapping[TimerName, OnTimer]:
-        return {"settle": OnTimer(self._timer_settle, at_end=True)}
+        return {"settle": OnTimer(self._timer_settle, at_end=True),
+                "tell": OnTimer(self._timer_tell, at_end=True)}
+
+    def _timer_tell(self, key: TimerKey, due: datetime) -> None:
+        """A notify held back by ``timing.notify_min_interval_s`` (the lifecycle's rate limit) goes now."""
+        inc = self.state.incident(str(key[0]))
+        if inc is not None:
+            self.life.tell(inc, due)
 
     def _timer_settle(self, key: TimerKey, due: datetime) -> None:
         inc = self.state.incident(str(key[0]))
@@ -78,6 +85,7 @@ class RecoveryRules:
             self._stop(inc, due, f"{inc.load_failures} restarts in a row could not load their checkpoint: check "
                        "the checkpoint storage, then restart by hand", "checkpoints fail to load")
             return
+        self.life.pin(inc, due)  # a culprit pinned to one node: cordoned before the gate judges it
         decision = self.life.gate.decide(inc, due)
         if not decision.ready:
             self._wait(inc, decision, due)

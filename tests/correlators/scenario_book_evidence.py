@@ -224,3 +224,100 @@ def a_weaker_cause_on_the_blamed_gpu_is_no_second_incident() -> S:
         must=[_q("n1", 3), restart("pt", excludes_gpu=["n1", 3])],
         unique=[restart("pt"), _q("n1", 3)],
     )
+
+
+# --- 4: a zombie node is fenced and left out; its owner is told once per change ---------------------------
+ZB = ["zb01", "zb02", "zb03", "zb04"]
+
+
+def _notifies(out: dict[str, Any], job: str) -> list[dict[str, Any]]:
+    return [c for c in out["commands"] if c["type"] == "notify" and c["target"]["job"] == job]
+
+
+def _told_at_most(n: int) -> Check:
+    def check(out: dict[str, Any], cap: Capture) -> list[str]:
+        told = _notifies(out, "pt")
+        if len(told) > n:
+            return [f"the owner was told {len(told)} times, want at most {n}: "
+                    + " | ".join(str(c["params"]["message"])[:80] for c in told)]
+        if told and "zb03 cordoned and excluded" not in str(told[-1]["params"]["message"]):
+            return [f"the last notify does not tell the current facts: {told[-1]['params']['message']}"]
+        return []
+    return check
+
+
+def _zombie_expect(gpus: tuple[int, int] | None = None) -> dict[str, Any]:
+    sized = {"gpus_min": gpus[0], "gpus_max": gpus[1]} if gpus else {}
+    return expect(
+        incidents=[{"job": "pt", "category": "network_timeout", "culprit_node": "zb03"}],
+        must=[{"type": "cordon_node", "node": "zb03"}, restart("pt", excludes_node="zb03", **sized)],
+        order=[[{"type": "cordon_node", "node": "zb03"}, restart("pt")]],
+        unique=[restart("pt"), {"type": "cordon_node"}],
+        must_not=[{"type": "cordon_node", "node": n} for n in ZB if n != "zb03"] + [{"type": "quarantine_gpu"}],
+        _check=_both(_says("pt", "ranks 16–23 on zb03 never arrived; zb03 cordoned and excluded"), _told_at_most(2)),
+    )
+
+
+@scenario
+def zombie_node_named_by_every_other_rank() -> S:
+    """zb03's agent keeps heartbeating but its ranks stopped: every other rank's watchdog times out in the
+    all-reduce, none of zb03's. The evidence pins the culprit to the node: cordoned, then the restart leaves it
+    out; the owner hears it once."""
+    cap = fleet(*ZB, "zb05").job("pt", ZB)
+    cap.stop_training("pt", 890)
+    cap.nccl_timeout(900, "pt", missing=range(16, 24))
+    cap.scheduler(912, "job_failed", job="pt")
+    return cap, _zombie_expect()
+
+
+@scenario
+def zombie_node_reports_trickle_in_late() -> S:
+    """The same zombie, but zb04's watchdog lines reach the pipeline 33 s late, one after another: the list
+    of missing ranks shrinks eight times in a second. One notify when the incident opens, one with the
+    settled facts -- not one per shrinking list."""
+    cap = fleet(*ZB, "zb05").job("pt", ZB)
+    cap.stop_training("pt", 890)
+    cap.nccl_timeout(900, "pt", only=range(0, 16))
+    cap.nccl_timeout(901, "pt", only=range(24, 32)).late(33)
+    return cap, _zombie_expect()
+
+
+@scenario
+def zombie_node_of_an_elastic_job() -> S:
+    """An elastic job (16 to 32 GPUs): zb03 is the zombie; the restart leaves it out and asks for the 24
+    GPUs the other three nodes hold."""
+    cap = fleet(*ZB).job("pt", ZB, elastic=(16, 32))
+    cap.stop_training("pt", 890)
+    cap.nccl_timeout(900, "pt", missing=range(16, 24)).dup(2)
+    for r in (0, 8, 24):
+        cap.worker_exit(903, "pt", r, -6)
+    return cap, _zombie_expect(gpus=(24, 24))
+
+
+@scenario
+def two_ranks_missing_on_a_node_pin_nothing() -> S:
+    """Two of zb02's eight ranks never arrive, its other six report: a link or two processes, not the node --
+    restarted, nothing fenced."""
+    cap = fleet(*ZB).job("pt", ZB)
+    cap.stop_training("pt", 890)
+    cap.nccl_timeout(900, "pt", missing=[10, 13])
+    cap.scheduler(912, "job_failed", job="pt")
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "network_timeout", "culprit_node": "zb02"}],
+        must=[restart("pt")],
+        must_not=[{"type": "cordon_node"}, {"type": "quarantine_gpu"}, {"type": "drain_node"}],
+    )
+
+
+@scenario
+def single_node_job_silent_ranks_pin_nothing() -> S:
+    """A job on one node whose ranks half report: no other node to compare with, nothing to pin."""
+    cap = fleet("zb01", "zb02").job("pt", ["zb01"])
+    cap.stop_training("pt", 890)
+    cap.nccl_timeout(900, "pt", missing=[4, 5, 6, 7])
+    cap.scheduler(912, "job_failed", job="pt")
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "network_timeout", "culprit_node": "zb01"}],
+        must=[restart("pt")],
+        must_not=[{"type": "cordon_node"}, {"type": "quarantine_gpu"}],
+    )
