@@ -29,7 +29,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from correlators.belonging import fence_owner, note_repeat
+from correlators.belonging import explained_by, fence_owner, note_repeat
 from correlators.findings import HARDWARE_CATEGORIES, NODE_CATEGORIES, PRIORITY, Finding
 from correlators.incident_state import OpenIncident, OtherFault, stable_id
 from correlators.pinned import PINNED, pinned_node, pinned_text
@@ -295,6 +295,15 @@ class IncidentLifecycle:
             if note_repeat(owner, reason):
                 self.emit(owner, ts)
             return owner
+        cause = explained_by(self.open_for_job(job), category, node or node_hint, ts,
+                             self.p.timing.hardware_lookback_s) if job is not None else None
+        if cause is not None:  # a consequence of the job's hardware root cause: its evidence, not a cause
+            cause.add_evidence(evidence)
+            note = f"{reason} (a consequence of {cause.category}, not a second cause)"
+            if note not in cause.summary:
+                cause.summary = f"{cause.summary}; {note}"
+                self.emit(cause, ts)
+            return cause
         inc = self.state.condition(job, subject, category)
         if inc is not None and inc.state not in DONE:
             inc.add_evidence(evidence)

@@ -321,3 +321,49 @@ def single_node_job_silent_ranks_pin_nothing() -> S:
         must=[restart("pt")],
         must_not=[{"type": "cordon_node"}, {"type": "quarantine_gpu"}],
     )
+
+
+# --- 5: a consequence is not a second cause ---------------------------------------------------------------
+def _node_died_expect(node: str) -> dict[str, Any]:
+    return expect(
+        incidents=[{"job": "pt", "category": "node_hardware_fault", "culprit_node": node}],
+        must=[{"type": "cordon_node", "node": node}, restart("pt", excludes_node=node)],
+        order=[[{"type": "cordon_node", "node": node}, restart("pt")]],
+        unique=[restart("pt"), {"type": "open_ticket"}],
+        _check=_says("pt", "a consequence of node_hardware_fault"),
+    )
+
+
+@scenario
+def node_dies_during_a_checkpoint_write() -> S:
+    """n1's BMC logs an uncorrectable memory error, the rank on n1 dies, and the checkpoint being written
+    fails with an I/O error: the write's failure is the node's doing -- no checkpoint_failure incident,
+    no storage ticket for a storage system that was fine."""
+    cap = fleet("n1", "n2", "n3").bmc_polls(60).job("pt", ["n1", "n2"])
+    cap.sel(899, "n1", "memory").crash(900, "pt", rank=3)
+    cap.checkpoint_failed(900.5, "pt", 600, error="OSError: [Errno 5] Input/output error")
+    return cap, _node_died_expect("n1")
+
+
+@scenario
+def checkpoint_write_fails_late_after_a_cpu_fault() -> S:
+    """A CPU IERR on n2 and its rank's crash; the trainer's checkpoint_failed line arrives 20 s late."""
+    cap = fleet("n1", "n2", "n3").bmc_polls(60).job("pt", ["n1", "n2"])
+    cap.sel(899, "n2", "cpu").crash(900, "pt", rank=12)
+    cap.checkpoint_failed(901, "pt", 600, error="OSError: [Errno 5] Input/output error").late(20)
+    return cap, _node_died_expect("n2")
+
+
+@scenario
+def checkpoint_failure_long_after_a_fault_is_its_own() -> S:
+    """The window is the rule: a checkpoint write that runs out of space an hour after the job recovered
+    from a GPU fault is a checkpoint_failure of its own."""
+    cap = fleet("n1", "n2", "n3", duration=6000).job("pt", ["n1", "n2"])
+    cap.xid(900, "n1", 3, 79).crash(901.5, "pt", rank=3)
+    cap.job("pt", {"n1": [0, 1, 2, 4, 5, 6, 7], "n2": list(range(8))}, at=1000)
+    cap.checkpoint_failed(4600, "pt", 9000)
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [3]},
+                   {"job": "pt", "category": "checkpoint_failure"}],
+        must=[{"type": "notify", "job": "pt"}],
+    )
