@@ -86,6 +86,8 @@ class Planner:
     def _first_for_hardware(self, inc: OpenIncident, category: str, cmd: Command) -> bool:
         if cmd.type not in HARDWARE_ONCE or cmd.target.node is None:
             return True
+        if cmd.type == "open_ticket" and category == "power_supply_fault" and not self._first_for_supply(inc, cmd):
+            return False
         owners = self.hardware_work.setdefault(cmd.target.node, [])
         for w in owners:
             if (w.type, w.category, w.gpu) == (cmd.type, category, cmd.target.gpu):
@@ -96,6 +98,25 @@ class Planner:
     def fence_node(self, inc: OpenIncident, node: str, now: datetime) -> list[Command]:
         """Cordon ``node`` for ``inc`` (a culprit the evidence pins to the node: :mod:`correlators.pinned`)."""
         return [c for c in self._action(inc, inc.category, [(node, set())], "cordon_node", now) if self._fresh(inc, c)]
+
+    def _first_for_supply(self, inc: OpenIncident, cmd: Command) -> bool:
+        """One repair ticket per power supply: a supply (a power domain, named in the inventory, which may
+        feed GPUs of several nodes and jobs) already ticketed by another incident is not ticketed again --
+        the incident links to that ticket instead (its text names it)."""
+        doms = sorted({d for n in cmd.params.get("nodes", []) for g in self.topo.node(n).gpus.values()
+                       if (d := g.power_domain) and self.topo.gpu_id(n, g.index) in cmd.params.get("gpus", [])})
+        if not doms:
+            return True
+        keys = [f"power_domain:{d}" for d in doms]
+        held = [w for k in keys for w in self.hardware_work.get(k, []) if w.type == "open_ticket"]
+        if held and all(self.hardware_work.get(k) for k in keys):
+            if held[0].incident != inc.id and held[0].gpu and held[0].gpu not in inc.summary:
+                inc.summary = f"{inc.summary}; power domain {'/'.join(doms)} already has repair ticket {held[0].gpu} " \
+                              f"(incident {held[0].incident}): one ticket per supply, linked from here"
+            return held[0].incident == inc.id
+        for k in keys:
+            self.hardware_work.setdefault(k, []).append(WorkOwner("open_ticket", "power_supply_fault", cmd.id, inc.id))
+        return True
 
     def notify(self, inc: OpenIncident, now: datetime, message: str, severity: str) -> list[Command]:
         cmd = self._notify_cmd(inc, now, message, severity)

@@ -367,3 +367,55 @@ def checkpoint_failure_long_after_a_fault_is_its_own() -> S:
                    {"job": "pt", "category": "checkpoint_failure"}],
         must=[{"type": "notify", "job": "pt"}],
     )
+
+
+# --- 6: one ticket per physical thing to repair -----------------------------------------------------------
+def _pdu_fleet() -> Capture:
+    """n1 GPUs 4-7 and n2 GPUs 0-3 are fed by one PDU, ``pdu-7``; job a on n1's half, job b on n2's."""
+    cap = Capture(duration=1800)
+    for n in ("n1", "n2", "n3"):
+        cap.nodes[n] = {"rack": "r1", "gpus": 8}
+        cap._add(0.0, "inventory", node=n, rack="r1", gpus=[
+            {**cap._gpu_ref(n, i), "name": "NVIDIA H100 80GB HBM3",
+             "power_domain": "pdu-7" if (n, i >= 4) in (("n1", True), ("n2", False)) else f"{n}-PS{i // 4}"}
+            for i in range(8)])
+    return cap.heartbeats(15).nvml(30).job("a", {"n1": [4, 5, 6, 7]}).job("b", {"n2": [0, 1, 2, 3]})
+
+
+def _one_supply_ticket(late: float = 0.0) -> S:
+    cap = _pdu_fleet()
+    for k, g in enumerate((4, 5, 6, 7)):
+        cap.xid(900 + 0.001 * k, "n1", g, 79)
+    for k, g in enumerate((0, 1, 2, 3)):
+        cap.xid(900.02 + 0.001 * k, "n2", g, 79)
+        if late:
+            cap.late(late)
+    cap.crash(901, "a", rank=0).crash(901, "b", rank=0)
+    return cap, expect(
+        incidents=[{"job": "a", "category": "power_supply_fault", "culprit_node": "n1"},
+                   {"job": "b", "category": "power_supply_fault", "culprit_node": "n2"}],
+        must=[{"type": "cordon_node", "node": "n1"}, {"type": "cordon_node", "node": "n2"},
+              {"type": "open_ticket"}, restart("a", excludes_node="n1"), restart("b", excludes_node="n2")],
+        unique=[{"type": "open_ticket"}],
+        _check=_linked_ticket,
+    )
+
+
+def _linked_ticket(out: dict[str, Any], cap: Capture) -> list[str]:
+    ticket = next(c for c in out["commands"] if c["type"] == "open_ticket")
+    other = [i for i in out["incidents"] if i["id"] != ticket["incident"]]
+    return [f"incident {i['id']} does not link the supply's ticket {ticket['id']}: {i['summary']}"
+            for i in other if ticket["id"] not in i["summary"]]
+
+
+@scenario
+def one_pdu_feeding_two_jobs_on_two_nodes_is_one_ticket() -> S:
+    """pdu-7 fails: both halves it feeds go dark together. One incident per job, one repair ticket for the
+    supply, linked from the second incident."""
+    return _one_supply_ticket()
+
+
+@scenario
+def one_pdu_two_jobs_lines_late() -> S:
+    """The same, n2's XID lines arriving 10 s late: still one ticket for the one supply."""
+    return _one_supply_ticket(late=10)
