@@ -85,11 +85,13 @@ class RecoveryRules:
             self._stop(inc, due, f"{inc.load_failures} restarts in a row could not load their checkpoint: check "
                        "the checkpoint storage, then restart by hand", "checkpoints fail to load")
             return
-        self.life.pin(inc, due)  # a culprit pinned to one node: cordoned before the gate judges it
         decision = self.life.gate.decide(inc, due)
         if not decision.ready:
             self._wait(inc, decision, due)
             return
+        # every detector has spoken (a silent node is node_down by now): a culprit the collectives pin to one
+        # live node is cordoned now, before the restart, which leaves every cordoned node out
+        self.life.pin(inc, due)
         window = self.p.restarts.per_s
         log = self.state.restart_log
         while log and (due - log[0]).total_seconds() >= window:
