@@ -29,6 +29,7 @@ class OtherFault:
     gpus: set[int] = field(default_factory=set)
     reason: str = ""
     ts: Instant | None = None
+    id: str = ""  # its own incident's public id (correlators.root_causes): one incident per job and root cause
 
 
 @dataclass
@@ -69,6 +70,8 @@ class OpenIncident:
     reran: Instant | None = None  # when the job first ran again after this incident's restart
     restart_from: int | None = None  # the checkpoint step (and path) the last restart asked for
     restart_path: str | None = None
+    told_at: Instant | None = None  # when its owner was last told of it (a notify of its current facts)
+    tell_at: Instant | None = None  # ...and when the next one may go, if a change waits for it (rate limit)
 
     def hardware(self) -> list[tuple[str, set[int]]]:
         """Every (node, GPU indices) this incident blames for its category: the culprit first, then the rest."""
@@ -118,7 +121,8 @@ class OpenIncident:
                 excluded=[GateExclusion(node=x.node, gpu=None if x.gpu is None else name(x.node, x.gpu),
                                         verdict=x.verdict, why=x.why) for x in g.excluded])
         faults = [Fault(category=o.category,  # type: ignore[arg-type]
-                        culprit=Culprit(node=o.node, gpus=[name(o.node, i) for i in sorted(o.gpus)]), reason=o.reason)
+                        culprit=Culprit(node=o.node, gpus=[name(o.node, i) for i in sorted(o.gpus)]), reason=o.reason,
+                        incident=o.id or None)
                   for o in self.others]
         return Incident(
             id=self.id,

@@ -29,10 +29,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from correlators.belonging import explained_by, fence_owner, note_repeat
 from correlators.findings import HARDWARE_CATEGORIES, NODE_CATEGORIES, PRIORITY, Finding
 from correlators.incident_state import OpenIncident, OtherFault, stable_id
+from correlators.pinned import PINNED, pinned_node, pinned_text
 from correlators.planner import Planner
 from correlators.restart_gate import GateJudge, waiting_text
+from correlators.root_causes import fault_id, second_incidents
 from correlators.rules.base import RuleContext
 
 __all__ = ["ACTIVE", "DONE", "IncidentLifecycle", "VersionWatcher"]
@@ -199,8 +202,11 @@ class IncidentLifecycle:
         """Record a second culprit of ``category``; True when its hardware is new to the incident."""
         o = inc.other(category, node)
         if o is None:
-            inc.others.append(OtherFault(category, node, set(gpus), reason, ts))
-            inc.summary = f"{inc.summary}; also {reason} ({category})" if inc.summary else reason
+            o = OtherFault(category, node, set(gpus), reason, ts)
+            o.id = fault_id(inc, o)  # its own incident (root_causes): one per job and root cause
+            inc.others.append(o)
+            also = f"also {reason} ({category}, incident {o.id})" if inc.job else reason
+            inc.summary = f"{inc.summary}; {also}" if inc.summary else also
             return True
         if gpus <= o.gpus:
             return False
@@ -283,6 +289,21 @@ class IncidentLifecycle:
                   actions_only: tuple[str, ...] | None = None, severity: str | None = None) -> OpenIncident:
         """Record a condition of ``job`` (or, without a job, of ``node``'s hardware): new, or more evidence."""
         subject = node if job is None else None
+        owner = fence_owner(self.state, node, gpus, category) if job is None else None
+        if owner is not None:  # a repeat on hardware fenced for this very cause: the fence's evidence
+            owner.add_evidence(evidence)
+            if note_repeat(owner, reason):
+                self.emit(owner, ts)
+            return owner
+        cause = explained_by(self.open_for_job(job), category, node or node_hint, ts,
+                             self.p.timing.hardware_lookback_s) if job is not None else None
+        if cause is not None:  # a consequence of the job's hardware root cause: its evidence, not a cause
+            cause.add_evidence(evidence)
+            note = f"{reason} (a consequence of {cause.category}, not a second cause)"
+            if note not in cause.summary:
+                cause.summary = f"{cause.summary}; {note}"
+                self.emit(cause, ts)
+            return cause
         inc = self.state.condition(job, subject, category)
         if inc is not None and inc.state not in DONE:
             inc.add_evidence(evidence)
@@ -315,6 +336,8 @@ class IncidentLifecycle:
         if inc.held:
             return
         cmds = self.plan.immediate(inc, now, only)
+        if inc.tell_at is not None and not self.queue.armed("tell", (inc.id,)):
+            self.queue.arm("tell", (inc.id,), max(now, inc.tell_at))  # the facts changed too soon: tell them then
         self.out.extend(cmds)
         held = self.plan.blast.held_reasons(cmds)
         if held:  # the incident says why its fences wait for a person
@@ -324,6 +347,25 @@ class IncidentLifecycle:
             self.set_state(inc, "mitigating", now)
         elif held:
             self.emit(inc, now)
+
+    def pin(self, inc: OpenIncident, now: datetime) -> None:
+        """Before its restart is decided (the reports are in): a culprit the evidence pins to one node is
+        cordoned, so the gate counts it fenced and the restart leaves it out (:mod:`correlators.pinned`)."""
+        node = pinned_node(self.state, inc)
+        if node is None or self.state.ledger.is_fenced(node):
+            return
+        cmds = self.plan.fence_node(inc, node, now)
+        if cmds:
+            inc.summary = f"{inc.summary}; {pinned_text(self.state, inc, node)}"
+            self.out.extend(cmds)
+            self.emit(inc, now)
+            self.immediate(inc, now, ("notify",))
+
+    def tell(self, inc: OpenIncident, now: datetime) -> None:
+        """The ``tell`` timer: the facts that changed inside the notify interval are told now (once)."""
+        inc.tell_at = None
+        if not inc.held and inc.state not in FINISHED:
+            self.out.extend(self.plan.immediate(inc, now, ("notify",)))
 
     def emit(self, inc: OpenIncident, now: datetime) -> None:
         """A new version of the incident; published unless it is held. Its summary ends with what its
@@ -335,8 +377,13 @@ class IncidentLifecycle:
         topo = self.state.topology
         gpu_ids = [topo.gpu_id(inc.node, i) for i in sorted(inc.gpus)] if inc.node else []
         waiting = waiting_text(inc.gate.waiting) if inc.gate is not None and not inc.gate.passed else ""
-        summary = "; ".join(x for x in (inc.summary, waiting) if x)
+        pin = pinned_node(self.state, inc) if inc.category not in HARDWARE_CATEGORIES else None
+        fence = self.state.ledger.nodes.get(pin) if pin is not None else None
+        pinned = pinned_text(self.state, inc, pin) if pin is not None and fence and fence.incident == inc.id \
+            and PINNED not in inc.summary else ""
+        summary = "; ".join(x for x in (inc.summary, pinned, waiting) if x)
         self.out.append(inc.to_model(gpu_ids, topo.gpu_id, summary))
+        self.out.extend(second_incidents(inc, inc.version, topo.gpu_id, lambda c: self.p.rule(c).severity))
         if self.watcher is not None:
             self.watcher.on_version(inc, now)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from correlators.blast_radius import BlastRadius
@@ -91,11 +91,36 @@ class Planner:
     def _first_for_hardware(self, inc: OpenIncident, category: str, cmd: Command) -> bool:
         if cmd.type not in HARDWARE_ONCE or cmd.target.node is None:
             return True
+        if cmd.type == "open_ticket" and category == "power_supply_fault" and not self._first_for_supply(inc, cmd):
+            return False
         owners = self.hardware_work.setdefault(cmd.target.node, [])
         for w in owners:
             if (w.type, w.category, w.gpu) == (cmd.type, category, cmd.target.gpu):
                 return w.incident == inc.id
         owners.append(WorkOwner(cmd.type, category, cmd.target.gpu, inc.id))
+        return True
+
+    def fence_node(self, inc: OpenIncident, node: str, now: datetime) -> list[Command]:
+        """Cordon ``node`` for ``inc`` (a culprit the evidence pins to the node: :mod:`correlators.pinned`)."""
+        return [c for c in self._action(inc, inc.category, [(node, set())], "cordon_node", now) if self._fresh(inc, c)]
+
+    def _first_for_supply(self, inc: OpenIncident, cmd: Command) -> bool:
+        """One repair ticket per power supply: a supply (a power domain, named in the inventory, which may
+        feed GPUs of several nodes and jobs) already ticketed by another incident is not ticketed again --
+        the incident links to that ticket instead (its text names it)."""
+        doms = sorted({d for n in cmd.params.get("nodes", []) for g in self.topo.node(n).gpus.values()
+                       if (d := g.power_domain) and self.topo.gpu_id(n, g.index) in cmd.params.get("gpus", [])})
+        if not doms:
+            return True
+        keys = [f"power_domain:{d}" for d in doms]
+        held = [w for k in keys for w in self.hardware_work.get(k, []) if w.type == "open_ticket"]
+        if held and all(self.hardware_work.get(k) for k in keys):
+            if held[0].incident != inc.id and held[0].gpu and held[0].gpu not in inc.summary:
+                inc.summary = f"{inc.summary}; power domain {'/'.join(doms)} already has repair ticket {held[0].gpu} " \
+                              f"(incident {held[0].incident}): one ticket per supply, linked from here"
+            return held[0].incident == inc.id
+        for k in keys:
+            self.hardware_work.setdefault(k, []).append(WorkOwner("open_ticket", "power_supply_fault", cmd.id, inc.id))
         return True
 
     def notify(self, inc: OpenIncident, now: datetime, message: str, severity: str) -> list[Command]:
@@ -187,8 +212,22 @@ class Planner:
                 "summary": summary,
             }, tag="" if main else category)]
         if action == "notify":
-            return [self._notify_cmd(inc, now, inc.summary or inc.category, inc.severity)]
+            return self._tell(inc, now)
         return []
+
+    def _tell(self, inc: OpenIncident, now: datetime) -> list[Command]:
+        """The notify of the incident's current facts: once per change of them, at most once per
+        ``timing.notify_min_interval_s`` -- a change inside it sets ``inc.tell_at``, when the current facts
+        are told (the lifecycle's ``tell`` timer), whatever changed meanwhile."""
+        cmd = self._notify_cmd(inc, now, inc.summary or inc.category, inc.severity)
+        if cmd.id in inc.issued:
+            return []
+        gap = self.policy.timing.notify_min_interval_s
+        if inc.told_at is not None and (now - inc.told_at).total_seconds() < gap:
+            inc.tell_at = inc.told_at + timedelta(seconds=gap)
+            return []
+        inc.told_at, inc.tell_at = now, None
+        return [cmd]
 
     def _notify_cmd(self, inc: OpenIncident, now: datetime, message: str, severity: str) -> Command:
         target = Target(job=inc.job, node=inc.node if inc.job is None else None)

@@ -49,6 +49,7 @@ class Timing(_Strict):
     progress_throughput: float = 0.7
     verify_hold_s: float = 300
     verify_shortfall_s: float = 900
+    notify_min_interval_s: float = 30
 
 
 class Thresholds(_Strict):

@@ -116,6 +116,7 @@ class Fault(_Model):
     category: Category
     culprit: Culprit
     reason: str = ""
+    incident: str | None = None  # its own incident (one per job and root cause), published beside this one
 
 
 class Incident(_Model):

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from correlators.findings import FAILURE_CATEGORIES, Finding
-from correlators.lifecycle import DONE, IncidentLifecycle
+from correlators.lifecycle import IncidentLifecycle
 from correlators.nvml_presence import NvmlNode
 from correlators.restart_gate import hear, human
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
@@ -288,12 +288,7 @@ class HardwareRules:
             self.life.failure(job.name, f)
         if jobs:
             return
-        fenced_by = self.state.ledger.fenced_by(node, f.gpus[0] if len(f.gpus) == 1 else None)
-        owner = self.state.incident(fenced_by) if fenced_by else None
-        if owner is not None and owner.category == f.category and owner.state not in DONE:
-            owner.add_evidence(f.evidence)  # hardware already fenced for this very cause
-            return
-        self.life.condition(None, node, f.category, f.gpus, f.ts, f.reason, f.evidence)
+        self.life.condition(None, node, f.category, f.gpus, f.ts, f.reason, f.evidence)  # (a repeat: the fence's)
 
     def _victims(self, node: str, idx: int | None, ts: datetime) -> list[Job]:
         """Jobs on this hardware when it failed: running, or failed within ``hardware_lookback_s`` of it

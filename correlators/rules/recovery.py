@@ -54,7 +54,14 @@ class RecoveryRules:
         return {}
 
     def timer_handlers(self) -> Mapping[TimerName, OnTimer]:
-        return {"settle": OnTimer(self._timer_settle, at_end=True)}
+        return {"settle": OnTimer(self._timer_settle, at_end=True),
+                "tell": OnTimer(self._timer_tell, at_end=True)}
+
+    def _timer_tell(self, key: TimerKey, due: datetime) -> None:
+        """A notify held back by ``timing.notify_min_interval_s`` (the lifecycle's rate limit) goes now."""
+        inc = self.state.incident(str(key[0]))
+        if inc is not None:
+            self.life.tell(inc, due)
 
     def _timer_settle(self, key: TimerKey, due: datetime) -> None:
         inc = self.state.incident(str(key[0]))
@@ -82,6 +89,9 @@ class RecoveryRules:
         if not decision.ready:
             self._wait(inc, decision, due)
             return
+        # every detector has spoken (a silent node is node_down by now): a culprit the collectives pin to one
+        # live node is cordoned now, before the restart, which leaves every cordoned node out
+        self.life.pin(inc, due)
         window = self.p.restarts.per_s
         log = self.state.restart_log
         while log and (due - log[0]).total_seconds() >= window:

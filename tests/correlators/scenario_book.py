@@ -1040,6 +1040,7 @@ def clock_skew_heartbeats_ahead_late_xid() -> tuple[Capture, dict[str, Any]]:
 
 
 # The books of our later issues register into SCENARIOS too (they import the helpers above).
+import scenario_book_evidence  # noqa: E402,F401
 import scenario_book_gate  # noqa: E402,F401
 import scenario_book_judgement  # noqa: E402,F401
 import scenario_book_node_fault  # noqa: E402,F401

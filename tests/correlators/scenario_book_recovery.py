@@ -42,9 +42,15 @@ def _two_faults(second_node: str, second_at: float, late: float = 0.0) -> Captur
     return cap
 
 
-def _one_incident_both_fenced(second_node: str) -> dict[str, Any]:
+def _second(node: str, category: str = "gpu_memory_fault", gpus: list[int] | None = None) -> dict[str, Any]:
+    """The second root cause's own incident (one per job and root cause; one restart serves both)."""
+    return {"job": "pt", "category": category, "culprit_node": node, **({"culprit_gpus": gpus} if gpus else {})}
+
+
+def _two_incidents_both_fenced(second_node: str) -> dict[str, Any]:
     return expect(
-        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [1]}],
+        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [1]},
+                   _second(second_node, gpus=[6])],
         must=[_quarantine("n1", 1), _quarantine(second_node, 6), {"type": "open_ticket", "node": second_node},
               restart("pt", excludes_gpu=["n1", 1]), restart("pt", excludes_gpu=[second_node, 6])],
         must_not=[{"type": "cordon_node"}],
@@ -68,13 +74,13 @@ def _fault_recorded(node: str) -> Any:
 @scenario
 def second_fault_on_another_node() -> S:
     """GPU 1 of n1 falls off the bus; 18 s later, before the restart, GPU 6 of n2 reports a double-bit ECC
-    error. Both are fenced before the one restart, which excludes them both."""
-    return _two_faults("n2", 918), _one_incident_both_fenced("n2")
+    error. Two root causes, two incidents; both are fenced before the one restart, which excludes them both."""
+    return _two_faults("n2", 918), _two_incidents_both_fenced("n2")
 
 
 @scenario
 def second_fault_on_the_same_node() -> S:
-    return _two_faults("n1", 918), _one_incident_both_fenced("n1")
+    return _two_faults("n1", 918), _two_incidents_both_fenced("n1")
 
 
 @scenario
@@ -83,7 +89,8 @@ def second_fault_after_the_restart_went_out() -> S:
     second restart excludes both."""
     cap = _two_faults("n2", 950)
     return cap, expect(
-        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [1]}],
+        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [1]},
+                   _second("n2", gpus=[6])],
         must=[_quarantine("n1", 1), _quarantine("n2", 6),
               restart("pt", excludes_gpu=["n1", 1]), restart("pt", excludes_gpu=["n2", 6])],
         order=[[_quarantine("n2", 6), restart("pt", excludes_gpu=["n2", 6])]],
@@ -97,7 +104,8 @@ def second_fault_arrives_late() -> S:
     """The second XID happened at 918 but its line arrives a minute late, after the first restart."""
     cap = _two_faults("n2", 918, late=60)
     return cap, expect(
-        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [1]}],
+        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [1]},
+                   _second("n2", gpus=[6])],
         must=[_quarantine("n1", 1), _quarantine("n2", 6), restart("pt", excludes_gpu=["n2", 6])],
         order=[[_quarantine("n2", 6), restart("pt", excludes_gpu=["n2", 6])]],
         at_most=[[restart("pt"), 2]],
@@ -107,12 +115,13 @@ def second_fault_arrives_late() -> S:
 @scenario
 def second_fault_stronger_takes_the_incident_over() -> S:
     """A double-bit error on n1 GPU 1 first, then GPU 6 of n2 falls off the bus: the stronger cause leads the
-    incident, the first stays a culprit of its own; both fenced, one restart excluding both."""
+    incident, the first is an incident of its own cause; both fenced, one restart excluding both."""
     cap = fleet("n1", "n2", "n3").job("pt", ["n1", "n2"])
     cap.xid(900, "n1", 1, 48).crash(901, "pt", rank=1, error=DBE)
     cap.xid(912, "n2", 6, 79)
     return cap, expect(
-        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n2", "culprit_gpus": [6]}],
+        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n2", "culprit_gpus": [6]},
+                   _second("n1", gpus=[1])],
         must=[_quarantine("n1", 1), _quarantine("n2", 6), restart("pt", excludes_gpu=["n1", 1]),
               restart("pt", excludes_gpu=["n2", 6])],
         order=[[_quarantine("n1", 1), restart("pt")], [_quarantine("n2", 6), restart("pt")]],
@@ -365,12 +374,13 @@ def _resolved_el(out: dict[str, Any], cap: Capture) -> list[str]:
 @scenario
 def second_fault_a_node_dies_before_the_restart() -> S:
     """GPU 1 of n1 falls off; ten seconds later n2 logs a memory SEL and goes quiet: the node's fault leads the
-    incident, the GPU stays a culprit of its own; n2 cordoned, n1 GPU 1 quarantined, one restart avoiding both."""
+    job's incident, the GPU is an incident of its own cause; n2 cordoned, n1 GPU 1 quarantined, one restart avoiding both."""
     cap = fleet("n1", "n2", "n3").job("pt", ["n1", "n2"])
     cap.xid(900, "n1", 1, 79).crash(901, "pt", rank=1)
     cap.sel(909, "n2", "memory").silence(910, "n2").bmc_power(930, "n2")
     return cap, expect(
-        incidents=[{"job": "pt", "category": "node_hardware_fault", "culprit_node": "n2"}],
+        incidents=[{"job": "pt", "category": "node_hardware_fault", "culprit_node": "n2"},
+                   _second("n1", "gpu_off_bus", [1])],
         must=[_quarantine("n1", 1), {"type": "cordon_node", "node": "n2"}, restart("pt", excludes_node="n2"),
               restart("pt", excludes_gpu=["n1", 1])],
         order=[[{"type": "cordon_node", "node": "n2"}, restart("pt")], [_quarantine("n1", 1), restart("pt")]],
@@ -384,7 +394,7 @@ def second_fault_skewed_and_resent() -> S:
     cap = _two_faults("n2", 918)
     cap.skew("kernel", -25)
     cap.where(lambda d: d["source"] == "kernel").dup(4)
-    return cap, _one_incident_both_fenced("n2")
+    return cap, _two_incidents_both_fenced("n2")
 
 
 @scenario

@@ -201,7 +201,10 @@ def _stepwise(lines: list[str]) -> tuple[dict[str, Any], list[str]]:
         for key, n in Counter((i.job, i.category) for i in live).items():
             if n > 1:
                 bad.append(f"{n} open incidents for {key}")
-        for job, n in Counter(i.job for i in live if i.category in FAILURE_CATEGORIES).items():
+        # one failure incident per job and root cause: a second root cause's own incident (named by the
+        # job's incident among its faults) shares its restart, and is no second failure
+        second = {f.incident for i in live for f in i.faults if f.incident}
+        for job, n in Counter(i.job for i in live if i.category in FAILURE_CATEGORIES and i.id not in second).items():
             if n > 1:
                 bad.append(f"{n} open failure incidents for job {job}")
 
@@ -501,8 +504,9 @@ def _same_hardware_violations(o: _Oracle, out: dict[str, Any]) -> list[str]:
             continue
         hw = {(b["culprit"]["node"], g) for g in b["culprit"]["gpus"]} or {(b["culprit"]["node"], None)}
         for a in incs[:k]:
-            if a["job"] != b["job"] or a["id"] == b["id"]:
-                continue
+            if a["job"] != b["job"] or a["id"] == b["id"] or b["id"] in {f.get("incident") for f in a.get("faults", [])} \
+                    or a["id"] in {f.get("incident") for f in b.get("faults", [])}:
+                continue  # (a second root cause's incident is fenced in the name of the job's incident)
             fenced = fenced_by.get(a["id"], set())
             nodes = {n for n, g in fenced if g is None}
             if hw and all((n, g) in fenced or n in nodes for n, g in hw):

@@ -1,0 +1,90 @@
+"""Which incident a piece of evidence belongs to, when it is not a new root cause (issue #25).
+
+Two rules, each a plain function over the engine's state (the lifecycle and the hardware rules call
+them before opening anything):
+
+* **Repeats on fenced hardware belong to the fence** (:func:`fence_owner`). Hardware fenced for a
+  cause (a GPU quarantined, a node cordoned: :class:`~correlators.quarantine_ledger.Fence` names
+  the category it was fenced for) that reports that cause again -- a quarantined GPU that keeps
+  logging XID 79 while idle -- says nothing new: the evidence goes to the incident that fenced it
+  (and so to its ticket), for as long as the fence holds, whether that incident is still open or
+  already resolved. No job-less incident is opened for it. Another cause on the same hardware is
+  news, and is judged as such.
+* **A consequence is not a second cause** (:func:`explained_by`). When a job's failure has a
+  hardware root cause, what that cause explains -- the failures it brings about on the hardware it
+  names or in the job it stopped, within ``timing.hardware_lookback_s`` of it -- is evidence of its
+  incident, not an incident of its own: a checkpoint write that fails as its node dies is the
+  node's fault, and no storage ticket is sent for a storage system that was fine.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from correlators.findings import HARDWARE_CATEGORIES
+from correlators.incident_state import OpenIncident
+from correlators.quarantine_ledger import Fence
+
+if TYPE_CHECKING:
+    from correlators.state import EngineState
+
+__all__ = ["CONSEQUENCES", "explained_by", "fence_owner", "note_repeat"]
+
+#: Categories a job's hardware root cause can bring about on its own (a consequence, not a cause).
+CONSEQUENCES = frozenset({"checkpoint_failure", "checkpoint_stale", "training_hang", "network_timeout",
+                          "software_crash", "loss_anomaly"})
+
+REPEAT_NOTE = "repeats on the fenced hardware belong to this fence"
+
+
+def fence_owner(state: EngineState, node: str | None, gpus: list[int] | set[int], category: str) -> OpenIncident | None:
+    """The incident whose fence holds this hardware for ``category``: the node's cordon, else the
+    quarantine of every one of ``gpus``, each fenced for this very cause (None: the evidence is news)."""
+    if node is None:
+        return None
+    ledger = state.ledger
+    fences: list[Fence] = []
+    cordon = ledger.nodes.get(node)
+    if cordon is not None:
+        fences = [cordon]
+    elif gpus:
+        on_node = ledger.gpus.get(node, {})
+        if not all(g in on_node for g in gpus):
+            return None
+        fences = [on_node[g] for g in sorted(gpus)]
+    if not fences or any(f.reason != category for f in fences):
+        return None
+    owner = state.incident(fences[0].incident)
+    if owner is None or owner.state == "closed":
+        return None
+    return owner
+
+
+def note_repeat(owner: OpenIncident, what: str) -> bool:
+    """Record on the fence's incident that its hardware reported its cause again; True the first time
+    (a new version says so once; further repeats are evidence only, no storm of versions)."""
+    if REPEAT_NOTE in owner.summary:
+        return False
+    note = f"{what} again while fenced: {REPEAT_NOTE} (it holds; no new incident, no new ticket)"
+    owner.summary = f"{owner.summary}; {note}" if owner.summary else note
+    return True
+
+
+def explained_by(incidents: list[OpenIncident], category: str, node: str | None, ts: datetime,
+                 lookback_s: float) -> OpenIncident | None:
+    """The job's hardware incident that explains a failure of ``category`` (on ``node``, if known) at
+    ``ts``: one of the job's incidents with a hardware root cause, not finished, whose first evidence is
+    within ``lookback_s`` of ``ts`` (either order: the consequence is often logged first), and, when the
+    failure names a node, blaming that node (or the whole job's hardware, for a node-less failure)."""
+    if category not in CONSEQUENCES:
+        return None
+    for inc in incidents:
+        if inc.category not in HARDWARE_CATEGORIES or inc.held and inc.node is None:
+            continue
+        if abs((ts - inc.opened_at).total_seconds()) > lookback_s:
+            continue
+        if node is not None and node not in {n for n, _ in inc.hardware()}:
+            continue
+        return inc
+    return None
