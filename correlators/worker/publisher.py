@@ -121,8 +121,15 @@ class Publisher:
 
     async def publish_acknowledged(self, engine: Correlator, decisions: Iterable[Decision]) -> None:
         """:meth:`publish`, then wait until every one is on its topic or replaced (raises: step 4)."""
-        for settled in await self.publish(engine, decisions):  # in order: the sends are all handed over
-            await settled
+        settling = await self.publish(engine, decisions)
+        try:
+            for settled in settling:  # in order: the sends are all handed over already
+                await settled
+        finally:
+            for rest in settling:  # after a raise, the coroutines never awaited are closed, not leaked
+                close = getattr(rest, "close", None)
+                if close is not None:
+                    close()
 
     async def _settled(self, d: Decision, suffix: str, value: bytes, fut: Awaitable[Any]) -> None:
         """Await ``d``'s acknowledgement; replace it if refused for good, send it again if refused for now."""
