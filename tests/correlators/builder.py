@@ -97,7 +97,8 @@ class _Job:
     def where(self, rank: int) -> tuple[str, int, int]:
         """(node, GPU, local rank) of ``rank``, from an index built once (a 16,384-rank job stays quick)."""
         if not self._at:
-            self._at = {r: (node, g, k) for node, gpus, ranks in self.alloc for k, (g, r) in enumerate(zip(gpus, ranks))}
+            self._at = {r: (node, g, k) for node, gpus, ranks in self.alloc
+                        for k, (g, r) in enumerate(zip(gpus, ranks, strict=True))}
         if rank not in self._at:
             raise KeyError(f"rank {rank} not in job {self.name}")
         return self._at[rank]

@@ -112,6 +112,7 @@ async def test_a_record_refused_for_good_is_replaced_dead_lettered_and_the_worke
     sent = [s for s in producer.sent if s.key.decode() == victim.id]
     assert len(sent) == 2  # the refused record, then its minimal record (same id, same type)
     small = Command.model_validate_json(sent[1].value)
+    assert isinstance(victim, Command)
     assert (small.id, small.type, small.incident) == (victim.id, victim.type, victim.incident)
     assert small.requires_approval and "not published whole: too_large" in small.params["cut"]
     assert "faultline incident" in small.params["cut"] and set(small.params) == {"cut"}
