@@ -136,17 +136,18 @@ def fold_exclusions(nodes: list[str], gpus: list[tuple[str, str]]) -> tuple[list
 def minimal(record: Incident | Command, why: str, at: datetime | None = None) -> Incident | Command:
     """The smallest record of the same id and type that says it was cut and why (the publisher's last resort).
 
-    A command cut so is never carried out as it was decided: it asks for approval and keeps no params
-    but ``cut`` (an executor acting on it would act without what it needed; a person looks first)."""
-    note = f"not published whole: {middle(why, WHY_KEPT_CHARS)} ({WHERE.format(id=_incident_id(record))})"
+    ``why`` is said by its first word (``too_large``, ``over_cap``, ``invalid``); the dead letter has the
+    rest. A command cut so is never carried out as it was decided: it asks for approval and keeps no
+    params but ``cut`` (an executor acting on it would act without what it needed; a person looks first)."""
+    note = f"not published whole: {why.split(':')[0][:40]} (the dead letter says why; faultline incident {_incident_id(record)})"
     if isinstance(record, Incident):
         return Incident(id=record.id, job=record.job, category=record.category, culprit=record.culprit,
                         opened_at=record.opened_at, severity=record.severity, state=record.state,
                         version=record.version, updated_at=record.updated_at or at or datetime.now(UTC),
-                        summary=middle(record.summary, WHY_KEPT_CHARS), cut=note)
+                        summary=middle(record.summary, 120), cut=note)
     return Command(id=record.id, incident=record.incident, type=record.type, issued_at=record.issued_at,
                    target=Target(job=record.target.job, node=record.target.node, gpu=record.target.gpu),
-                   requires_approval=True, params={"cut": note}, reason=middle(record.reason, WHY_KEPT_CHARS))
+                   requires_approval=True, params={"cut": note})
 
 
 def _incident_id(record: Incident | Command) -> str:
