@@ -62,6 +62,7 @@ def test_every_published_record_fits_the_cap(nodes: int, gpus: int, bad: tuple[i
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # minutes on a shared 2-core machine: building 320k lines, then judging them
 @settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(1024, 2048), st.just(8), st.tuples(st.integers(0, 1023), st.integers(0, 7)))
 @example(2048, 8, (7, 3))  # the capture of issue #24: 16,384 ranks
