@@ -4,13 +4,15 @@ Every stage that sets a record aside (the capture screen and the node agent for 
 observations, the correlator for an undecodable event, the archive sink and the executor for
 records they cannot read) builds its :class:`~streams.decisions.DeadLetter` here, so the caps
 are the same everywhere: at most :data:`RAW_KEPT_BYTES` of the record (a flood of huge bad
-records stays small) and :data:`REASON_KEPT_CHARS` of the reason.
+records stays small) and :data:`REASON_KEPT_CHARS` of the reason, and the whole dead letter within
+:data:`streams.bounds.MAX_RECORD_BYTES` however its text escapes in JSON (the raw part is cut further).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from streams.bounds import MAX_RECORD_BYTES, record_bytes
 from streams.decisions import DeadLetter
 
 __all__ = ["RAW_KEPT_BYTES", "REASON_KEPT_CHARS", "dead_letter"]
@@ -30,4 +32,7 @@ def dead_letter(stage: str, reason: str, raw: bytes | str | None, at: datetime |
         text = raw[:raw_limit].decode("utf-8", "replace")
     else:
         text = raw[:raw_limit]
-    return DeadLetter(stage=stage, reason=reason[:REASON_KEPT_CHARS], raw=text, at=at or datetime.now(UTC))
+    dl = DeadLetter(stage=stage[:100], reason=reason[:REASON_KEPT_CHARS], raw=text, at=at or datetime.now(UTC))
+    while record_bytes(dl) > MAX_RECORD_BYTES:  # control characters escape to six bytes each in JSON
+        dl = dl.model_copy(update={"raw": dl.raw[: len(dl.raw) // 2]})
+    return dl

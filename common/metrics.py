@@ -28,6 +28,11 @@ Pipeline metrics (``stage`` is one of :data:`STAGES`)
     (``faultline.pipeline.publish_capture`` and the agent), the correlator per undecodable event,
     the sink in ``ArchiveSink._decode`` (``stage="sink"``; it also keeps its own
     ``faultline_archive_dead_letters_total``).
+``faultline_records_refused_total{stage, output, reason}`` — :data:`RECORDS_REFUSED`
+    +1 per decision the correlator could not publish whole (``correlators.worker.refusals``): over
+    :data:`streams.bounds.MAX_RECORD_BYTES` before sending (``reason="over_cap"``), or refused for
+    good by the broker (``too_large``, ``invalid``). Each is replaced by a minimal record of the same
+    id and dead-lettered; any rise is a bug in a record's bounds (alert ``FaultlineRecordRefused``).
 ``faultline_incidents_open{category, severity}`` — :data:`INCIDENTS_OPEN`
     Incidents whose state is neither ``resolved`` nor ``closed``. Set with
     :func:`set_incidents_open` by the correlator after each event it processed, from its
@@ -110,6 +115,7 @@ __all__ = [
     "METRICS_PORTS",
     "RECORDS_IN",
     "RECORDS_OUT",
+    "RECORDS_REFUSED",
     "STAGES",
     "MetricSpec",
     "observe_detection_to_command",
@@ -144,6 +150,11 @@ BLAST_RADIUS_HELD = Counter(
 )
 DEAD_LETTERS = Counter(
     "faultline_dead_letters", "Records set aside as dead letters, by the stage that refused them.", ["stage"]
+)
+RECORDS_REFUSED = Counter(
+    "faultline_records_refused",
+    "Decisions not published whole (over the record cap, or refused for good by the broker), by why.",
+    ["stage", "output", "reason"],
 )
 INCIDENTS_OPEN = Gauge(
     "faultline_incidents_open", "Incidents neither resolved nor closed, by category and severity.",

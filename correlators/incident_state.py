@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from correlators.attribution import CollectiveReports
+from correlators.bounded import bounded_incident
 from correlators.gate_round import GateRound
 from correlators.state_fields import Instant
 from streams.decisions import Culprit, Fault, GateExclusion, GateWait, Incident, RestartGate
@@ -109,7 +110,8 @@ class OpenIncident:
 
     def to_model(self, gpu_ids: list[str], gpu_id: Callable[[str, int], str] | None = None,
                  summary: str | None = None) -> Incident:
-        """The published version; ``gpu_id(node, index)`` names GPUs of the other faults and of the gate."""
+        """The published version, within the record cap (:mod:`correlators.bounded`); ``gpu_id(node, index)``
+        names GPUs of the other faults and of the gate."""
         name = gpu_id or (lambda n, i: f"{n}:{i}")
         gate = None
         g = self.gate
@@ -124,7 +126,7 @@ class OpenIncident:
                         culprit=Culprit(node=o.node, gpus=[name(o.node, i) for i in sorted(o.gpus)]), reason=o.reason,
                         incident=o.id or None)
                   for o in self.others]
-        return Incident(
+        return bounded_incident(Incident(
             id=self.id,
             job=self.job,
             category=self.category,  # type: ignore[arg-type]
@@ -139,4 +141,4 @@ class OpenIncident:
             lost_gpu_hours=self.lost_gpu_hours,
             gate=gate,
             faults=faults,
-        )
+        ))

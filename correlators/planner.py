@@ -12,7 +12,9 @@ scheduler's ``job_started``), the count its elasticity allows once the excluded
 hardware is left out -- in whole nodes of the launcher's ``nproc_per_node``
 (:mod:`correlators.elastic_size`) --, the newest valid checkpoint, and what to avoid -- the
 fenced hardware, and what the gate excluded without a fence (suspect, or no
-verdict in time), each with why.
+verdict in time), each with why. Every command is built within the record cap
+(:mod:`correlators.bounded`): text and lists for people are shortened and say so; a restart's
+exclude lists stay exact, or, past the cap, become whole nodes (never fewer) and need approval.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from correlators.blast_radius import BlastRadius
+from correlators.bounded import bounded_command, fold_exclusions
 from correlators.elastic_size import Sizing, restart_size
 from correlators.incident_state import OpenIncident, stable_id
 from correlators.policy import Policy
@@ -136,7 +139,14 @@ class Planner:
         out = set(exclude_nodes)
         gpus = {(n, i) for (n, i) in self.ledger.quarantined() if n not in out}
         gpus |= {(n, i) for (n, i) in extra_exclude_gpus if n not in out}
-        exclude_gpus = sorted(self.topo.gpu_id(n, i) for (n, i) in gpus)
+        exclude_nodes, exclude_gpus, folded = fold_exclusions(
+            exclude_nodes, [(n, self.topo.gpu_id(n, i)) for (n, i) in gpus])
+        if folded:  # exact lists past the record cap: whole nodes instead (a superset), a person approves
+            out = set(exclude_nodes)
+            gpus = set()
+            requires_approval = True
+            reason = (f"{reason}; exclusions folded into {len(out):,} whole nodes to fit one record "
+                      "(fewer GPUs than possible): needs approval")
         sizing = self._restart_size(job, out, gpus)
         if sizing.elastic or job.name in self.topo.launch:  # say which rule sized it
             extra = {**(extra or {}), "sizing": sizing.params()}
@@ -241,12 +251,12 @@ class Planner:
     def _cmd(self, inc: OpenIncident, ctype: str, now: datetime, target: Target, params: dict[str, Any],
              tag: str = "", requires_approval: bool = False, reason: str = "") -> Command:
         cid = stable_id("cmd", inc.id, ctype, target.job, target.node, target.gpu, tag)
-        return Command(
+        return bounded_command(Command(
             id=cid, incident=inc.id, type=ctype,  # type: ignore[arg-type]
             target=target, issued_at=now,
             requires_approval=requires_approval or ctype in APPROVAL_ALWAYS,
             params=params, reason=reason or f"{inc.category}: {inc.summary}".strip(": "),
-        )
+        ))
 
     @staticmethod
     def _fresh(inc: OpenIncident, cmd: Command) -> bool:

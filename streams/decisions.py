@@ -108,6 +108,9 @@ class RestartGate(_Model):
     bound: datetime
     waiting: list[GateWait] = Field(default_factory=list)
     excluded: list[GateExclusion] = Field(default_factory=list)
+    # Past what one record holds (streams/bounds.py): how many more waits / exclusions the gate has.
+    waiting_more: int = 0
+    excluded_more: int = 0
 
 
 class Fault(_Model):
@@ -140,6 +143,8 @@ class Incident(_Model):
     lost_gpu_hours: float | None = None
     gate: RestartGate | None = None
     faults: list[Fault] = Field(default_factory=list)
+    # What this version leaves out to stay within streams.bounds.MAX_RECORD_BYTES, and where it is ("": nothing).
+    cut: str = ""
 
 
 class Target(_Model):

@@ -89,12 +89,19 @@ class _Job:
     interval: float | None
     ckpt_dir: str
     segments: list[dict[str, Any]] = field(default_factory=list)
+    _at: dict[int, tuple[str, int, int]] = field(default_factory=dict)  # rank -> (node, GPU, local rank)
 
     def place(self, rank: int) -> tuple[str, int]:
-        for node, gpus, ranks in self.alloc:
-            if rank in ranks:
-                return node, gpus[ranks.index(rank)]
-        raise KeyError(f"rank {rank} not in job {self.name}")
+        return self.where(rank)[:2]
+
+    def where(self, rank: int) -> tuple[str, int, int]:
+        """(node, GPU, local rank) of ``rank``, from an index built once (a 16,384-rank job stays quick)."""
+        if not self._at:
+            self._at = {r: (node, g, k) for node, gpus, ranks in self.alloc
+                        for k, (g, r) in enumerate(zip(gpus, ranks, strict=True))}
+        if rank not in self._at:
+            raise KeyError(f"rank {rank} not in job {self.name}")
+        return self._at[rank]
 
     @property
     def ranks(self) -> list[int]:
@@ -382,8 +389,7 @@ class Capture:
 
     # --- training processes -------------------------------------------------------------------
     def framework(self, at: float, job: str, rank: int, line: str) -> Capture:
-        node, gpu = self.jobs[job].place(rank)
-        local = [g for n, g, _ in self.jobs[job].alloc if n == node][0].index(gpu)
+        node, _, local = self.jobs[job].where(rank)
         return self._inject([self._add(at, "framework", job=job, node=node, rank=rank, local_rank=local,
                                        line=line)])
 
