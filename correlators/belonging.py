@@ -6,7 +6,8 @@ them before opening anything):
 * **Repeats on fenced hardware belong to the fence** (:func:`fence_owner`). Hardware fenced for a
   cause (a GPU quarantined, a node cordoned: :class:`~correlators.quarantine_ledger.Fence` names
   the category it was fenced for) that reports that cause again -- a quarantined GPU that keeps
-  logging XID 79 while idle -- says nothing new: the evidence goes to the incident that fenced it
+  logging XID 79 while idle, also once its node has been cordoned for another cause on top -- says
+  nothing new: the evidence goes to the incident that fenced it
   (and so to its ticket), for as long as the fence holds, whether that incident is still open or
   already resolved. No job-less incident is opened for it. Another cause on the same hardware is
   news, and is judged as such.
@@ -39,23 +40,29 @@ REPEAT_NOTE = "repeats on the fenced hardware belong to this fence"
 
 
 def fence_owner(state: EngineState, node: str | None, gpus: list[int] | set[int], category: str) -> OpenIncident | None:
-    """The incident whose fence holds this hardware for ``category``: the node's cordon, else the
-    quarantine of every one of ``gpus``, each fenced for this very cause (None: the evidence is news)."""
+    """The incident whose fence holds this hardware for ``category`` (None: the evidence is news).
+
+    Hardware can be held by more than one fence at once: a GPU quarantined for XID 79 stays quarantined
+    when its node is cordoned later for another cause (a power domain lost, a SEL). Each one of ``gpus``
+    belongs to the fence when *some* fence holding it was set for this very cause -- its own quarantine,
+    else its node's cordon; evidence without GPUs, when the node's cordon was. The first such fence's
+    incident owns the repeat, as long as it is not closed."""
     if node is None:
         return None
     ledger = state.ledger
-    fences: list[Fence] = []
     cordon = ledger.nodes.get(node)
-    if cordon is not None:
-        fences = [cordon]
-    elif gpus:
+    for_cause = cordon if cordon is not None and cordon.reason == category else None
+    fences: list[Fence | None]
+    if gpus:
         on_node = ledger.gpus.get(node, {})
-        if not all(g in on_node for g in gpus):
-            return None
-        fences = [on_node[g] for g in sorted(gpus)]
-    if not fences or any(f.reason != category for f in fences):
+        fences = [q if (q := on_node.get(g)) is not None and q.reason == category else for_cause
+                  for g in sorted(gpus)]
+    else:
+        fences = [for_cause]
+    first = fences[0]
+    if first is None or any(f is None for f in fences):
         return None
-    owner = state.incident(fences[0].incident)
+    owner = state.incident(first.incident)
     if owner is None or owner.state == "closed":
         return None
     return owner

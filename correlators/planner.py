@@ -30,6 +30,7 @@ from correlators.elastic_size import Sizing, restart_size
 from correlators.incident_state import OpenIncident, stable_id
 from correlators.policy import Policy
 from correlators.quarantine_ledger import Fence, QuarantineLedger
+from correlators.repair_units import REPAIR_KINDS, Unit, ticket_units
 from correlators.topology import Job, Topology
 from streams.decisions import Command, Target
 
@@ -53,7 +54,8 @@ TICKET_KIND = {
 
 @dataclass
 class WorkOwner:
-    """The incident that asked first for one piece of work on hardware (:data:`HARDWARE_ONCE`)."""
+    """The incident that asked first for one piece of work on hardware (:data:`HARDWARE_ONCE`); under a
+    physical unit's key (:mod:`correlators.repair_units`), ``gpu`` is the id of the ticket that holds it."""
 
     type: str
     category: str
@@ -94,8 +96,8 @@ class Planner:
     def _first_for_hardware(self, inc: OpenIncident, category: str, cmd: Command) -> bool:
         if cmd.type not in HARDWARE_ONCE or cmd.target.node is None:
             return True
-        if cmd.type == "open_ticket" and category == "power_supply_fault" and not self._first_for_supply(inc, cmd):
-            return False
+        if cmd.type == "open_ticket" and TICKET_KIND.get(category) in REPAIR_KINDS:
+            return True  # one per physical unit: decided when it was planned (_units_left)
         owners = self.hardware_work.setdefault(cmd.target.node, [])
         for w in owners:
             if (w.type, w.category, w.gpu) == (cmd.type, category, cmd.target.gpu):
@@ -107,24 +109,54 @@ class Planner:
         """Cordon ``node`` for ``inc`` (a culprit the evidence pins to the node: :mod:`correlators.pinned`)."""
         return [c for c in self._action(inc, inc.category, [(node, set())], "cordon_node", now) if self._fresh(inc, c)]
 
-    def _first_for_supply(self, inc: OpenIncident, cmd: Command) -> bool:
-        """One repair ticket per power supply: a supply (a power domain, named in the inventory, which may
-        feed GPUs of several nodes and jobs) already ticketed by another incident is not ticketed again --
-        the incident links to that ticket instead (its text names it)."""
-        doms = sorted({d for n in cmd.params.get("nodes", []) for g in self.topo.node(n).gpus.values()
-                       if (d := g.power_domain) and self.topo.gpu_id(n, g.index) in cmd.params.get("gpus", [])})
-        if not doms:
-            return True
-        keys = [f"power_domain:{d}" for d in doms]
-        held = [w for k in keys for w in self.hardware_work.get(k, []) if w.type == "open_ticket"]
-        if held and all(self.hardware_work.get(k) for k in keys):
-            if held[0].incident != inc.id and held[0].gpu and held[0].gpu not in inc.summary:
-                inc.summary = f"{inc.summary}; power domain {'/'.join(doms)} already has repair ticket {held[0].gpu} " \
-                              f"(incident {held[0].incident}): one ticket per supply, linked from here"
-            return held[0].incident == inc.id
-        for k in keys:
-            self.hardware_work.setdefault(k, []).append(WorkOwner("open_ticket", "power_supply_fault", cmd.id, inc.id))
-        return True
+    def _units_left(self, inc: OpenIncident, category: str, hardware: list[tuple[str, set[int]]]
+                    ) -> tuple[list[tuple[str, set[int]]], list[Unit]]:
+        """One repair ticket per physical unit (:mod:`correlators.repair_units`): of a ticket's ``hardware``,
+        what no ticket covers yet (a unit already ticketed -- by this incident's earlier ticket, or by another
+        incident, which the text then links -- is left out), and the units that are left."""
+        units = ticket_units(self.topo, category, hardware)
+        held = {u.key: w for u in units for w in self.hardware_work.get(u.key, []) if w.type == "open_ticket"}
+        for u in units:
+            w = held.get(u.key)
+            if w is not None and w.incident != inc.id and w.gpu and w.gpu not in inc.summary:
+                inc.summary = f"{inc.summary}; {u.label} already has repair ticket {w.gpu} " \
+                              f"(incident {w.incident}): one ticket per physical unit, linked from here"
+        new = [u for u in units if u.key not in held]
+        left: dict[str, set[int]] = {}
+        for u in new:
+            left.setdefault(u.node, set()).update(() if u.index is None else (u.index,))
+        return [(n, left[n]) for n, _ in hardware if n in left], new
+
+    def _ticket(self, inc: OpenIncident, category: str, hardware: list[tuple[str, set[int]]],
+                now: datetime) -> list[Command]:
+        """The open_ticket of ``category`` over ``hardware``: for a repair, only over the units no ticket covers
+        yet (none left: no ticket), each unit then held by it."""
+        main = category == inc.category
+        repair = TICKET_KIND.get(category) in REPAIR_KINDS
+        units: list[Unit] = []
+        whole = hardware
+        if repair:
+            hardware, units = self._units_left(inc, category, hardware)
+            if not units:
+                return []
+        first, blamed = (hardware[0] if hardware else (None, set()))
+        narrowed = hardware != whole
+        one = first is not None and len(blamed) == 1 and (narrowed and len(hardware) == 1 or not main or not inc.more)
+        gpu = self.topo.gpu_id(first, sorted(blamed)[0]) if one and first else None
+        summary = inc.summary if main else next((o.reason for o in inc.others if o.category == category
+                                                 and o.node == first), category)
+        tag = "" if main else category
+        params = {"kind": TICKET_KIND.get(category, "investigate"), "category": category,
+                  "nodes": [n for n, _ in hardware],
+                  "gpus": [self.topo.gpu_id(n, i) for n, g in hardware for i in sorted(g)], "summary": summary}
+        target = Target(job=inc.job, node=first, gpu=gpu)
+        cmd = self._cmd(inc, "open_ticket", now, target, params, tag=tag)
+        if units and (narrowed or cmd.id in inc.issued):  # what is left of a grown fault: named by its units
+            cmd = self._cmd(inc, "open_ticket", now, target, params,
+                            tag=f"{tag}+{','.join(sorted({u.key for u in units}))}")
+        for key in sorted({u.key for u in units}):
+            self.hardware_work.setdefault(key, []).append(WorkOwner("open_ticket", category, cmd.id, inc.id))
+        return [cmd]
 
     def notify(self, inc: OpenIncident, now: datetime, message: str, severity: str) -> list[Command]:
         cmd = self._notify_cmd(inc, now, message, severity)
@@ -208,19 +240,7 @@ class Planner:
                 out.append(cmd)
             return out
         if action == "open_ticket":
-            main = category == inc.category
-            first, blamed = (hardware[0] if hardware else (None, set()))
-            one = first is not None and len(blamed) == 1 and (not main or not inc.more)
-            gpu = self.topo.gpu_id(first, sorted(blamed)[0]) if one and first else None
-            summary = inc.summary if main else next((o.reason for o in inc.others if o.category == category
-                                                     and o.node == first), category)
-            return [self._cmd(inc, action, now, Target(job=inc.job, node=first, gpu=gpu), {
-                "kind": TICKET_KIND.get(category, "investigate"),
-                "category": category,
-                "nodes": [n for n, _ in hardware],
-                "gpus": [self.topo.gpu_id(n, i) for n, g in hardware for i in sorted(g)],
-                "summary": summary,
-            }, tag="" if main else category)]
+            return self._ticket(inc, category, hardware, now)
         if action == "notify":
             return self._tell(inc, now)
         return []

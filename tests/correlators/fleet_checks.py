@@ -197,6 +197,11 @@ def _incident(w: Watch, inc: Incident) -> list[str]:
         # A job that was on the hardware when it failed has an incident of its own; anything else is the fence's.
         run = (w.runs.get(inc.job or "") or [None])[-1]
         theirs = inc.job is None or inc.job == first.job or (run is not None and run.start > at)
+        # Two root causes, two incidents (class 8): the job's incident that fenced for this cause has moved on
+        # to another root cause since, and this cause got its own incident -- the split, not a repeat.
+        now = w.incidents.get(first.id, first)
+        split = inc.job is not None and inc.job == first.job and now.category != first.category
+        theirs = theirs and not split
         if theirs and all(b[0].id != inc.id and b[0].category == inc.category for b in by if b):
             bad.append(f"incident {inc.id} ({inc.category}, job {inc.job}) for hardware incident {first.id} fenced")
     if inc.category == "training_hang" and inc.job:
