@@ -173,8 +173,11 @@ def _newest(w: Watch, job: str, cmd: Command, inc: Incident, ex_nodes: set[str])
         if path and any(path.startswith(p) for p in local) and node and (node in ex_nodes or node in w.fenced_nodes):
             continue
         known.append(step)
-    known += [s for s, _, _, at in w.loaded.get(job, []) if at <= f_at and s not in bad_load
-              and s not in w.failed.get(job, set())]
+    # a loaded checkpoint is a restart point like a save (#25 class 7), under the same node-local rule
+    known += [s for s, path, node, at in w.loaded.get(job, []) if at <= f_at and s not in bad_load
+              and s not in w.failed.get(job, set())
+              and not (path and any(path.startswith(p) for p in local) and node
+                       and (node in ex_nodes or node in w.fenced_nodes))]
     if not known:
         return []
     ck = cmd.params.get("checkpoint")

@@ -52,7 +52,8 @@ FAILING: dict[str, tuple[int | str, str]] = {
     "gate": (4, "the rank the evidence pins to one node (behind in a collective) is not excluded from the restart"),
     "fenced_first": ("8", "a node's memory SEL beside a GPU's XID: the one restart leaves the node out unjudged, "
                           "never cordoned (the second root cause gets no incident and no fence)"),
-    "checkpoint": (7, "the checkpoint the job loaded at start is no restart point: checkpoint null"),
+    "checkpoint": (7, "a stale-checkpoint fault beside an XID: the restart names step 10, which the watcher "
+                      "saw neither saved nor loaded"),
     "consequence": (5, "the node dies during a checkpoint write; the write's failure opens checkpoint_failure"),
 }
 
@@ -146,6 +147,15 @@ def test_fatal_xids_and_hardware_sels_are_fenced_before_the_next_restart(plan: F
 @_failing("checkpoint")
 @FAILING_RUN
 @given(fleets(max_nodes=16))
+@example(FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=300.0, jobs=(
+    JobPlan(nodes=2, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=10),
+    JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),
+    JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None)), faults=(
+    FaultPlan(kind='ckpt_stale', at=0.5, job=0, pick=0, code=0, late=30.0, dup=False),
+    FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False)), skew=None))
+@example(FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=300.0, jobs=(
+    JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=True, resume=10),),
+    faults=(FaultPlan(kind='sel', at=0.5, job=0, pick=0, code=0, late=None, dup=False),), skew=None))
 @example(FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=30.0, nvml=120.0, jobs=(
     JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=10),
     JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None)), faults=(

@@ -345,6 +345,8 @@ class _Oracle:
     hardware_at: dict[str, list[datetime]] = field(default_factory=dict)
     xids: list[tuple[str, str, int]] = field(default_factory=list)  # (job, node, GPU index) of fatal XIDs
     saved: dict[str, list[tuple[int, str | None, datetime]]] = field(default_factory=dict)
+    # job -> (step, path, when, the run that loaded it): a checkpoint a run loaded is a restart point (#25 class 7)
+    loads: dict[str, list[tuple[int, str | None, datetime, _Run]]] = field(default_factory=dict)
     failed: dict[str, set[int]] = field(default_factory=dict)
     runs: dict[str, list[_Run]] = field(default_factory=dict)
     fenced_gpus: set[tuple[str, str]] = field(default_factory=set)
@@ -389,6 +391,7 @@ class _Oracle:
                 run.stepped = True
             elif isinstance(b, ev.CheckpointLoaded) and b.step is not None:
                 run.loaded = b.step
+                self.loads.setdefault(job, []).append((b.step, b.path, e.ts, run))
             elif isinstance(b, ev.CheckpointSaved):
                 self.saved.setdefault(job, []).append((b.step, b.path, e.ts))
                 run.saves.append(b.step)
@@ -469,8 +472,11 @@ def _restart_violations(o: _Oracle, cmd: Command, gpu_id: Any) -> list[str]:
 
 def _checkpoint_violations(o: _Oracle, job: str, step: int, path: str | None, f_at: datetime) -> list[str]:
     saves = [t for s, p, t in o.saved.get(job, []) if s == step and (path is None or p == path)]
+    # A checkpoint a run loaded without error exists and is valid (issue #25 class 7): a restart point like a save.
+    saves += [t for s, p, t, run in o.loads.get(job, []) if s == step and (path is None or p is None or p == path)
+              and not run.load_error]
     if not saves:
-        return [f"restart of {job} from step {step}, never saved"]
+        return [f"restart of {job} from step {step}, never saved or loaded"]
     # saved before the failure began, or by a run that started after it (the job ran again in between)
     rerun = [r.start for r in o.runs.get(job, []) if r.start > f_at]
     before = [t for t in saves if t <= f_at or (rerun and t >= min(rerun))]
