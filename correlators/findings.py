@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from correlators.state_fields import Instant
 
-__all__ = ["Finding", "PRIORITY", "FAILURE_CATEGORIES", "HARDWARE_CATEGORIES", "NODE_CATEGORIES"]
+__all__ = ["Finding", "PRIORITY", "FAILURE_CATEGORIES", "HARDWARE_CATEGORIES", "NODE_CATEGORIES", "covered_by", "covers"]
 
 # Categories that stop a job; one failure incident per job at a time, refined to
 # the most specific cause seen (higher wins).
@@ -38,3 +38,13 @@ class Finding:
     reason: str = ""
     evidence: str | None = None  # event id
     belongs_to: str | None = None  # the incident this failure continues (a restart that did not load), if known
+
+
+def covers(f: Finding, node: str, gpus: set[int]) -> bool:
+    """Does ``f`` (a stronger cause) blame this hardware itself (so it needs no culprit of its own)?"""
+    return f.node == node and (f.category in NODE_CATEGORIES or gpus <= set(f.gpus))
+
+
+def covered_by(node: str, gpus: set[int], f: Finding) -> bool:
+    """Is ``f`` (a weaker cause) about hardware already blamed: the node (wholly), or those GPUs?"""
+    return node == f.node and (not gpus or not f.gpus or set(f.gpus) <= gpus)

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from correlators.belonging import explained_by, fence_owner, note_repeat
-from correlators.findings import HARDWARE_CATEGORIES, NODE_CATEGORIES, PRIORITY, Finding
+from correlators.findings import HARDWARE_CATEGORIES, PRIORITY, Finding, covered_by, covers
 from correlators.incident_state import OpenIncident, OtherFault, stable_id
 from correlators.pinned import PINNED, pinned_node, pinned_text
 from correlators.planner import Planner
@@ -176,26 +176,16 @@ class IncidentLifecycle:
         if PRIORITY[f.category] > PRIORITY[inc.category]:
             if inc.category in HARDWARE_CATEGORIES and inc.node is not None:
                 for node, gpus in inc.hardware():
-                    if not self._covers(f, node, gpus):
+                    if not covers(f, node, gpus):
                         self._other(inc, inc.category, node, gpus, inc.summary, inc.opened_at)
             inc.category, inc.node, inc.gpus, inc.more = f.category, f.node, set(f.gpus), {}
             inc.severity, inc.summary = self.p.rule(f.category).severity, f.reason
             return not self._fenced(f), True
         if f.category == inc.category:
             return inc.blame(f.node, set(f.gpus)), False
-        if f.node is None or any(self._covers_fault(node, gpus, f) for node, gpus in inc.hardware()):
+        if f.node is None or any(covered_by(node, gpus, f) for node, gpus in inc.hardware()):
             return False, False  # the same hardware, already blamed for a stronger cause
         return self._other(inc, f.category, f.node, set(f.gpus), f.reason, f.ts), False
-
-    @staticmethod
-    def _covers(f: Finding, node: str, gpus: set[int]) -> bool:
-        """Does ``f`` (a stronger cause) blame this hardware itself (so it needs no culprit of its own)?"""
-        return f.node == node and (f.category in NODE_CATEGORIES or gpus <= set(f.gpus))
-
-    @staticmethod
-    def _covers_fault(node: str, gpus: set[int], f: Finding) -> bool:
-        """Is ``f`` (a weaker cause) about hardware already blamed: the node (wholly), or those GPUs?"""
-        return node == f.node and (not gpus or not f.gpus or set(f.gpus) <= gpus)
 
     def _other(self, inc: OpenIncident, category: str, node: str, gpus: set[int], reason: str,
                ts: datetime | None) -> bool:
