@@ -46,7 +46,8 @@ def fence_owner(state: EngineState, node: str | None, gpus: list[int] | set[int]
     when its node is cordoned later for another cause (a power domain lost, a SEL). Each one of ``gpus``
     belongs to the fence when *some* fence holding it was set for this very cause -- its own quarantine,
     else its node's cordon; evidence without GPUs, when the node's cordon was. The first such fence's
-    incident owns the repeat, as long as it is not closed."""
+    incident owns the repeat, in whatever state it is (resolved, or closed by its job's cancellation:
+    the fence outlives it), as long as the engine still keeps it."""
     if node is None:
         return None
     ledger = state.ledger
@@ -62,10 +63,7 @@ def fence_owner(state: EngineState, node: str | None, gpus: list[int] | set[int]
     first = fences[0]
     if first is None or any(f is None for f in fences):
         return None
-    owner = state.incident(first.incident)
-    if owner is None or owner.state == "closed":
-        return None
-    return owner
+    return state.incident(first.incident)
 
 
 def note_repeat(owner: OpenIncident, what: str) -> bool:

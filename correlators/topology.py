@@ -59,6 +59,12 @@ class Job:
     # the failure that follows is that incident's, not a new one.
     breach: str | None = None
 
+    @property
+    def over(self) -> bool:
+        """The run ended without failing (cancelled, finished) and has not started again: what its ranks
+        report now is the tail of that end (SIGTERM, a CUDA context torn down), not a failure to restart."""
+        return not self.running and self.ended is not None and self.ended.status != "failed"
+
     @cached_property
     def rank_of(self) -> dict[tuple[str, int], int]:
         """(node, GPU index) -> global rank, from the allocation (GPUs missing from it: by position)."""

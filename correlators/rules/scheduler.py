@@ -70,6 +70,10 @@ class SchedulerRules:
         job = self.state.topology.jobs.get(e.job or "")
         if job is None:
             return
+        if job.over:  # the run ended already (cancelled, finished): the first end is the run's, a later one its echo
+            if (inc := self.state.failure_of(job.name)) is not None:
+                inc.add_evidence(e.id)
+            return
         job.running = False
         job.ended = JobEnd(e.ts, b.status)
         self.queue.cancel("hang", (job.name,))

@@ -90,7 +90,7 @@ class TrainingRules:
         self._collective(e, None)
 
     def _collective(self, e: ev.Event, last_enqueued: int | None) -> None:
-        if not e.job:
+        if not e.job or self._after_its_end(e.job, e.id):
             return
         inc = self.life.failure(e.job, Finding("network_timeout", e.ts, None, reason="collective timed out",
                                                evidence=e.id))
@@ -130,7 +130,7 @@ class TrainingRules:
             inc.add_evidence(e.id)  # killed by a signal: a consequence, not a cause
 
     def _crash(self, e: ev.Event, category: str, reason: str, text: str = "") -> None:
-        if not e.job:
+        if not e.job or self._after_its_end(e.job, e.id):
             return
         node, gpus = self._rank_place(e.job, e.rank, e.node)
         category = exit_category(category) or category
@@ -144,6 +144,16 @@ class TrainingRules:
         self.life.failure(e.job, Finding(category, e.ts, node, gpus, reason, e.id))
         if node is not None and category == "software_crash" and fenced is None:
             self.hardware.rank_crashed(node, e.ts, e.id)  # on a node whose own parts failed: the node's fault
+
+    def _after_its_end(self, name: str, evidence: str) -> bool:
+        """True when ``name``'s run is :attr:`~correlators.topology.Job.over`: the report is evidence of the
+        job's last incident, if it has one, and opens nothing (a cancelled job is never restarted)."""
+        job = self.state.topology.jobs.get(name)
+        if job is None or not job.over:
+            return False
+        if (inc := self.state.failure_of(name)) is not None:
+            inc.add_evidence(evidence)
+        return True
 
     def _fenced_cause(self, node: str | None, gpus: list[int]) -> tuple[str, str] | None:
         """(category, incident) of the fence on the rank's GPU (or node), when it is a hardware fault's."""

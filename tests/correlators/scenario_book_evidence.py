@@ -106,6 +106,24 @@ def cordoned_power_supply_reports_again() -> S:
 
 
 @scenario
+def a_cancelled_job_is_not_restarted_and_its_fence_keeps_the_repeats() -> S:
+    """GPU 3 of n1 falls off the bus under pt; a person cancels pt before it runs again, while the fenced GPU
+    logs XID 79 once more and the cancelled run's ranks die of CUDA errors: the fence's incident (closed by
+    the cancel) keeps the repeat, the dying ranks are the cancel's tail -- no second incident, no restart of
+    a cancelled job, no second ticket."""
+    cap = fleet("n1", "n2", "n3", duration=1800).job("pt", ["n1", "n2"])
+    cap.xid(900, "n1", 3, 79).crash(901.5, "pt", rank=3)
+    cap.xid(1000, "n1", 3, 79).scheduler(1000, "job_cancelled", "pt")
+    cap.crash(1001.5, "pt", rank=3)  # its job_failed too: the scheduler echoes the end it reported
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [3]}],
+        must=[{"type": "quarantine_gpu", "node": "n1", "gpu": 3}, {"type": "open_ticket", "node": "n1"}],
+        unique=[{"type": "quarantine_gpu"}, {"type": "open_ticket"}, restart("pt")],
+        must_not=[{"type": "cordon_node"}],
+    )
+
+
+@scenario
 def idle_hardware_not_fenced_is_news() -> S:
     """The rule is about the fenced hardware only: while quarantined GPU 3 of n1 repeats its XID, GPU 6 of
     idle n3 (not fenced) reports double-bit errors -- a new job-less incident, fenced on its own."""
