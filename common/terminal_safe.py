@@ -72,7 +72,9 @@ def install_safe_log_records() -> None:
             message = record.getMessage()
         except Exception:  # a bad format string: the handler reports it as it always did
             return record
-        record.msg, record.args = terminal_safe(message), None
+        # args () and not None: Faust's formatter (mode.utils.logging) wraps a non-tuple in a tuple, and
+        # ``msg % (None,)`` then fails every worker log line
+        record.msg, record.args = terminal_safe(message), ()
         return record
 
     logging.setLogRecordFactory(safe_record)
