@@ -75,6 +75,10 @@ def _decide(args: argparse.Namespace, settings: Settings) -> int:
         print(f"faultline {args.cmd}: {exc}", file=sys.stderr)
         return 1
     cmd = found.command
+    if found.doubt is not None:
+        print(f"faultline {args.cmd}: warning: the only command under the id {cmd.id} may not be the correlator's "
+              f"({found.doubt}); executors that verify signatures will not run it: if yours do, report it",
+              file=sys.stderr)
     for digest, why in found.ignored:
         print(f"faultline {args.cmd}: ignored another record under the id {cmd.id} ({digest[:19]}...): {why}; "
               "someone other than the correlator wrote it: report it", file=sys.stderr)

@@ -48,6 +48,7 @@ class Found:
 
     command: Command
     ignored: list[tuple[str, str]]  # (content hash, why it is not the command to decide on)
+    doubt: str | None = None  # why the only record under the id may not be the correlator's, if it may not
 
 
 def find_command(conf: Mapping[str, Any], namespace: str, command_id: str, timeout_s: float = 30.0) -> Command:
@@ -67,6 +68,12 @@ def find_held_command(conf: Mapping[str, Any], namespace: str, command_id: str, 
     the command keys are at hand) -- **and if more than one content is left, the one an executor's
     ``waiting_approval`` result says it holds** (``check_result``: the executor key, where at hand).
     LookupError (saying what to do) when no content is left, or still more than one.
+
+    The setting aside only chooses among several records: a single record under the id is the one
+    to decide on, with a ``doubt`` saying why it may not be the correlator's (an unsigned command in
+    development, or a replay's command already expired, is still decided). Deciding on a forgery
+    releases nothing: a decision names the content it decides, and executors verify a command's
+    signature before they hold or run it.
     """
     topic = topic_name(namespace, "commands")
     found: dict[str, Command] = {}
@@ -80,6 +87,9 @@ def find_held_command(conf: Mapping[str, Any], namespace: str, command_id: str, 
     if not found:
         raise LookupError(f"no command {command_id} on {topic}: check the id (its waiting_approval result; "
                           "`faultline status` lists the commands waiting for approval)")
+    if len(found) == 1:
+        [only] = found.values()
+        return Found(only, [], _not_the_correlators(only, namespace, check))
     ignored = [(h, why) for h, cmd in found.items() if (why := _not_the_correlators(cmd, namespace, check))]
     left = {h: cmd for h, cmd in found.items() if h not in dict(ignored)}
     if len(left) > 1:
