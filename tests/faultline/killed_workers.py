@@ -45,6 +45,7 @@ REPO = Path(__file__).resolve().parents[2]
 FAULT_WORKER = Path(__file__).with_name("fault_worker.py")
 SIGNING = "wk1:worker-kill-signing-secret-0123456789"
 SNAPSHOT_KEY = "worker-kill-snapshot-key-0123456789abcdef"
+OPERATORS = "op1:worker-kill-operator-secret-0123456789"
 #: A re-signed copy of a command differs from the first only here (streams/signing.py: the expiry is the wall
 #: clock at signing + the TTL, and the signature covers it).
 SIGNED_AT_PUBLICATION = {"expires_at", "signature"}
@@ -53,7 +54,8 @@ SIGNED_AT_PUBLICATION = {"expires_at", "signature"}
 def production_settings(bootstrap: str, data_dir: Path, namespace: str, **extra: Any) -> Settings:
     """A worker's settings as deployed: keys set, development mode off, the live clock on."""
     return Settings(kafka=bootstrap, data_dir=data_dir, namespace=namespace, dev_mode=False, live_clock=True,
-                    signing_keys=SecretStr(SIGNING), snapshot_key=SecretStr(SNAPSHOT_KEY), **extra)
+                    signing_keys=SecretStr(SIGNING), snapshot_key=SecretStr(SNAPSHOT_KEY),
+                    operator_keys=SecretStr(OPERATORS), **extra)
 
 
 class Workers:
