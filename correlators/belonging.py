@@ -29,8 +29,9 @@ from correlators.quarantine_ledger import Fence
 
 if TYPE_CHECKING:
     from correlators.state import EngineState
+    from correlators.topology import Job
 
-__all__ = ["CONSEQUENCES", "explained_by", "fence_owner", "note_repeat"]
+__all__ = ["CONSEQUENCES", "explained_by", "fence_owner", "note_repeat", "takes_breach"]
 
 #: Categories a job's hardware root cause can bring about on its own (a consequence, not a cause).
 CONSEQUENCES = frozenset({"checkpoint_failure", "checkpoint_stale", "training_hang", "network_timeout",
@@ -64,6 +65,17 @@ def fence_owner(state: EngineState, node: str | None, gpus: list[int] | set[int]
     if first is None or any(f is None for f in fences):
         return None
     return state.incident(first.incident)
+
+
+def takes_breach(owner: OpenIncident, job: str, run: Job | None) -> bool:
+    """Whether the job-less fence's incident ``owner`` takes ``job``'s failure: True when the scheduler started
+    ``run`` on the hardware ``owner`` fenced (a breach) -- the failure there is the fence's cause again, so
+    ``owner`` becomes the job's incident (its restart leaves the hardware out) rather than a second incident
+    for what is already fenced."""
+    if owner.job is not None or run is None or run.breach != owner.id:
+        return False
+    owner.job = job
+    return True
 
 
 def note_repeat(owner: OpenIncident, what: str) -> bool:

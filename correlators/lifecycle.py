@@ -29,7 +29,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from correlators.belonging import explained_by, fence_owner, note_repeat
+from correlators.belonging import explained_by, fence_owner, note_repeat, takes_breach
 from correlators.findings import HARDWARE_CATEGORIES, PRIORITY, Finding, covered_by, covers
 from correlators.incident_state import OpenIncident, OtherFault, stable_id
 from correlators.pinned import PINNED, pinned_node, pinned_text
@@ -100,7 +100,7 @@ class IncidentLifecycle:
         j = s.topology.jobs.get(job)
         for inc_id in (f.belongs_to, j.breach if j is not None else None):
             inc = s.incident(inc_id) if inc_id else None
-            if inc is not None and inc.job == job and inc.state != "closed":
+            if inc is not None and inc.state != "closed" and (inc.job == job or takes_breach(inc, job, j)):
                 return inc
         held = s.failure_of(job)  # waiting for a person, and the job has not run again since: the same failure
         if held is not None and held.state == "escalated" and j is not None and held.run == j.starts:

@@ -89,7 +89,8 @@ class PlacementRules:
 
     def _carrier(self, job: Job, fenced: list[tuple[str, int | None, Fence]], now: datetime) -> OpenIncident | None:
         """The incident the run belongs to: the job's failure that is open or was restarted lately, else the
-        incident of this job that fenced the hardware; else the fence's own (another job's, or job-less)."""
+        incident of this job that fenced the hardware; else a job-less fence's own incident (which takes the job
+        when the run fails there); another job's fence is only told."""
         s = self.state
         recent = timedelta(seconds=self.p.timing.reopen_within_s)
         own = s.failure_of(job.name)
@@ -101,6 +102,8 @@ class PlacementRules:
         if mine:
             return mine[0]
         other = next((i for i in owners if i is not None), None)
+        if other is not None and other.job is None and other.state != "closed":
+            return other  # a job-less fence: the run's failure is its cause again (belonging.takes_breach)
         if other is not None:
             what = ", ".join(self._describe(n, g, f) for n, g, f in fenced)
             self.out.extend(self.plan.notify(other, now, f"the scheduler started job {job.name} on hardware this "

@@ -124,6 +124,23 @@ def a_cancelled_job_is_not_restarted_and_its_fence_keeps_the_repeats() -> S:
 
 
 @scenario
+def a_job_started_on_an_idle_fenced_gpu_fails_into_the_fences_incident() -> S:
+    """Idle GPU 3 of n1 falls off the bus: a job-less incident quarantines it. The scheduler, not honouring the
+    fence, starts pt on it; pt's rank there dies. The failure is the fence's cause again: the job-less
+    incident takes the job and restarts it off the GPU -- no second incident for hardware already fenced."""
+    cap = fleet("n1", "n2", "n3", duration=1800)
+    cap.xid(300, "n1", 3, 79)
+    cap.job("pt", ["n1", "n2"], at=400)
+    cap.crash(460, "pt", rank=3)
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [3]}],
+        must=[{"type": "quarantine_gpu", "node": "n1", "gpu": 3}, restart("pt")],
+        unique=[{"type": "quarantine_gpu"}, {"type": "open_ticket"}, restart("pt")],
+        must_not=[{"type": "cordon_node"}],
+    )
+
+
+@scenario
 def idle_hardware_not_fenced_is_news() -> S:
     """The rule is about the fenced hardware only: while quarantined GPU 3 of n1 repeats its XID, GPU 6 of
     idle n3 (not fenced) reports double-bit errors -- a new job-less incident, fenced on its own."""

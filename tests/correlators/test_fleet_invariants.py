@@ -77,6 +77,14 @@ def test_the_standing_names_every_invariant_once() -> None:
     FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
     FaultPlan(kind='xid', at=0.25, job=0, pick=0, code=0, late=None, dup=False),
     FaultPlan(kind='cancel', at=0.5, job=0, pick=0, code=0, late=None, dup=False)), skew=None))
+# And the same run's next draw: the scheduler starts job0 again on the GPU a job-less incident fenced (a breach);
+# its failure there opened a second incident for the fenced GPU instead of the fence's taking the job.
+@example(FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=300.0, jobs=(
+    JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),), faults=(
+    FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='breach', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='cancel', at=0.5, job=0, pick=0, code=0, late=None, dup=False)), skew=None))
 def test_every_fleet_keeps_the_invariants_that_hold(plan: FleetPlan) -> None:
     bad = violations(plan, HOLDING)
     assert not bad, "\n".join(bad[:10])
