@@ -8,12 +8,16 @@ import json
 import sys
 import uuid
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from common.settings import Settings
 from faultline.commands import Add
 from faultline.errors import UsageError
-from faultline.terminal import to_json
+from faultline.terminal import rfc3339, to_json
 from streams.topics import topic_name
+
+if TYPE_CHECKING:
+    from streams.decisions import Command
 
 __all__ = ["register"]
 
@@ -56,7 +60,7 @@ def register(add: Add) -> None:
 def _decide(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.preflight import ensure_broker
     from sinks.executors.approvals import find_held_command, send_decision
-    from streams.decisions import Approval, Command, CommandResult
+    from streams.decisions import Approval, CommandResult
     from streams.signing import approval_for, sign_approval, verify, verify_result
 
     conf = settings.kafka_config(ensure_broker(settings))
@@ -75,6 +79,10 @@ def _decide(args: argparse.Namespace, settings: Settings) -> int:
         print(f"faultline {args.cmd}: {exc}", file=sys.stderr)
         return 1
     cmd = found.command
+    refused = _undecidable(cmd, conf, settings.namespace)
+    if refused is not None:
+        print(f"faultline {args.cmd}: {cmd.id} ({cmd.type}) {refused}; nothing was sent", file=sys.stderr)
+        return 1
     if found.doubt is not None:
         print(f"faultline {args.cmd}: warning: the only command under the id {cmd.id} may not be the correlator's "
               f"({found.doubt}); executors that verify signatures will not run it: if yours do, report it",
@@ -104,6 +112,23 @@ def _decide(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print(f"{'approved' if approval.decision == 'approve' else 'denied'} {approval.command} as {approval.by}")
     return 0
+
+
+def _undecidable(cmd: Command, conf: dict[str, Any], namespace: str) -> str | None:
+    """Why a person cannot decide ``cmd`` now, or None."""
+    from sinks.executors.approvals import first_decision
+
+    if not cmd.requires_approval:
+        return "needs no approval: executors carry it out without one"
+    if cmd.expires_at is not None and cmd.expires_at <= datetime.now(UTC):
+        return (f"expired at {rfc3339(cmd.expires_at)}: no executor runs it now; if it is still needed, the "
+                "correlator issues a new command when the incident asks again")
+    prior = first_decision(conf, namespace, cmd)
+    if prior is not None:
+        return (f"was {'approved' if prior.decision == 'approve' else 'denied'} by {prior.by} at "
+                f"{rfc3339(prior.at)}: the first decision on a command is final (an executor may have acted on "
+                "it); to change course, ask the correlator or a colleague for a new command")
+    return None
 
 
 def _operator_action(args: argparse.Namespace, settings: Settings) -> int:

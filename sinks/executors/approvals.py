@@ -35,7 +35,7 @@ from streams.decisions import Approval, Command, CommandResult
 from streams.signing import KEY_ID, SCHEME
 from streams.topics import topic_name
 
-__all__ = ["HELD", "ApprovalBook", "Found", "find_command", "find_held_command", "send_decision"]
+__all__ = ["HELD", "ApprovalBook", "Found", "find_command", "find_held_command", "first_decision", "send_decision"]
 
 
 #: What an executor's ``waiting_approval`` result says of the content it holds (``held sha256:...``).
@@ -131,6 +131,21 @@ def _held(conf: Mapping[str, Any], namespace: str, command_id: str, timeout_s: f
         if check_result is None or check_result(result) is None:
             held.add(result.detail.rpartition(HELD)[2].split()[0].rstrip(")."))
     return held
+
+
+def first_decision(conf: Mapping[str, Any], namespace: str, cmd: Command, timeout_s: float = 30.0) -> Approval | None:
+    """The decision already on the ``approvals`` topic for ``cmd`` (its id and content), or None: the first
+    one is final (:class:`ApprovalBook`), so a person asked to decide again is told who decided, and when."""
+    digest = content_hash(cmd)
+    book = ApprovalBook()
+    for value in read_topic(dict(conf), topic_name(namespace, "approvals"), timeout=timeout_s):
+        try:
+            approval = Approval.model_validate_json(value)
+        except ValidationError:
+            continue
+        if approval.command == cmd.id and approval.command_hash == digest:
+            book.record(approval)
+    return book.decision(cmd.id, digest)
 
 
 def send_decision(conf: Mapping[str, Any], namespace: str, approval: Approval, timeout_s: float = 30.0) -> None:

@@ -37,7 +37,7 @@ def test_approve_and_deny_publish_a_decision_keyed_by_command(
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for cid in ("cmd-1", "cmd-2"):  # a decision names the exact command: it must be on the topic
         producer.produce(topic_name(namespace, "commands"), key=cid.encode(),
-                         value=command(cid, "reboot_node").model_dump_json().encode())
+                         value=command(cid, "reboot_node", requires_approval=True).model_dump_json().encode())
     assert producer.flush(30) == 0
     assert main(["approve", "cmd-1", "--by", "alice", "--reason", "checkpoint is fresh"]) == 0
     assert main(["deny", "cmd-2", "--by", "bob"]) == 0
@@ -46,6 +46,35 @@ def test_approve_and_deny_publish_a_decision_keyed_by_command(
     decisions = [Approval.model_validate_json(v) for v in read_topic(conf, topic_name(namespace, "approvals"))]
     assert [(d.command, d.decision, d.by, d.reason) for d in decisions] == [
         ("cmd-1", "approve", "alice", "checkpoint is fresh"), ("cmd-2", "deny", "bob", "")]
+
+
+def test_approve_refuses_what_no_one_can_decide_and_says_why(
+        kafka_bootstrap: str, namespace: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28 item 3: approving then denying the same command both exited 0, and so did approving a
+    quarantine that needs no approval. The first decision is final; a command that needs none, or has
+    expired, is refused with a reason, and nothing is sent."""
+    from datetime import UTC, datetime, timedelta
+
+    expired = command("cmd-late", "reset_gpu", requires_approval=True).model_copy(
+        update={"expires_at": datetime.now(UTC) - timedelta(minutes=5)})
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for cmd in (command("cmd-held", "reset_gpu", requires_approval=True), command("cmd-fence", "quarantine_gpu"),
+                expired):
+        producer.produce(topic_name(namespace, "commands"), key=cmd.id.encode(), value=cmd.model_dump_json().encode())
+    assert producer.flush(30) == 0
+
+    assert main(["approve", "cmd-held", "--by", "alice"]) == 0
+    capsys.readouterr()
+    assert main(["deny", "cmd-held", "--by", "bob"]) == 1
+    assert "cmd-held (reset_gpu) was approved by alice at " in capsys.readouterr().err
+    assert main(["approve", "cmd-held", "--by", "alice"]) == 1  # not even the same decision twice
+    assert main(["approve", "cmd-fence", "--by", "alice"]) == 1
+    assert "cmd-fence (quarantine_gpu) needs no approval" in capsys.readouterr().err
+    assert main(["approve", "cmd-late", "--by", "alice"]) == 1
+    assert "cmd-late (reset_gpu) expired at " in capsys.readouterr().err
+    decisions = [Approval.model_validate_json(v)
+                 for v in read_topic({"bootstrap.servers": kafka_bootstrap}, topic_name(namespace, "approvals"))]
+    assert [(d.command, d.decision, d.by) for d in decisions] == [("cmd-held", "approve", "alice")]
 
 
 def test_executor_run_dry_run_reports_what_it_would_do_and_stops_on_sigterm(
@@ -90,7 +119,7 @@ def test_approve_signs_with_the_operators_key_and_names_the_exact_command(
     from streams.signing import SigningKeys, verify_approval
 
     monkeypatch.setenv("FAULTLINE_OPERATOR_KEYS", "alice:alice-secret-0123456789")
-    held = command("cmd-reboot-9", "reboot_node")
+    held = command("cmd-reboot-9", "reboot_node", requires_approval=True)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     producer.produce(topic_name(namespace, "commands"), key=held.id.encode(), value=held.model_dump_json().encode())
     assert producer.flush(30) == 0
