@@ -140,6 +140,16 @@ class Topology:
         return self.nodes[name]
 
     # --- queries -----------------------------------------------------------------
+    def knows(self, node: str, index: int | None = None) -> bool:
+        """Whether an inventory or a job's allocation names ``node`` (and its GPU ``index``, if given): what
+        nothing names is a typo or a forgery, never hardware to fence (a lookup by :meth:`gpu` adds a node
+        to :attr:`nodes` without naming it)."""
+        n = self.nodes.get(node)
+        if n is not None and (index in n.gpus if index is not None else bool(n.gpus)):
+            return True
+        return any(a.node == node and (index is None or index in a.gpus)
+                   for j in self.jobs.values() for a in j.spec.allocation)
+
     def resolve(self, node: str | None, ref: GpuRef | None) -> int | None:
         """The index of the GPU ``ref`` names on ``node``, whatever form it uses."""
         if node is None or ref is None:

@@ -47,6 +47,11 @@ def operator_commands(e: Event, a: OperatorAction, topo: Topology, ledger: Quara
     if node is None:
         return []
     idx = topo.resolve(node, a.gpu) if a.gpu else None
+    if a.action in ("quarantine_gpu", "cordon_node") and not topo.knows(node, idx if a.gpu else None):
+        log.warning("%s of %s%s by %s refused: no inventory or job names it (a typo? `faultline status` lists "
+                    "the nodes)", a.action, node, f" GPU {a.gpu.index if a.gpu.index is not None else a.gpu.uuid}"
+                    if a.gpu else "", who)
+        return []
     gpu_id = topo.gpu_id(node, idx) if idx is not None else None
     manual = stable_id("manual", e.id)
     if a.action == "quarantine_gpu" and idx is not None:

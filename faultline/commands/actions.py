@@ -131,6 +131,28 @@ def _undecidable(cmd: Command, conf: dict[str, Any], namespace: str) -> str | No
     return None
 
 
+def _not_in_inventory(settings: Settings, node: str, gpu: str) -> str | None:
+    """What the archive's inventory says is wrong with ``node`` (and its GPU ``gpu``: an index or a UUID), or
+    None -- also when it cannot tell (no archive here, or no inventory in it yet: the correlator still checks)."""
+    from faultline.preflight import open_archive
+
+    try:
+        with open_archive(settings, settings.namespace, create=False) as archive:
+            rows = archive.query("SELECT node, gpu_index, uuid FROM gpu_inventory")
+    except Exception:  # no archive here (Unavailable, Failure), or one not migrated yet: it cannot tell
+        return None
+    if not rows:
+        return None
+    here = [r for r in rows if r["node"] == node]
+    if not here:
+        known = len({r["node"] for r in rows})
+        return f"no node {node} in the inventory ({known} node{'' if known == 1 else 's'} known)"
+    if gpu and not any(str(r["gpu_index"]) == gpu or (r["uuid"] or "").lower() == gpu.lower() for r in here):
+        indexes = sorted(r["gpu_index"] for r in here)
+        return f"{node} has no GPU {gpu} in the inventory (its GPUs: {', '.join(map(str, indexes))})"
+    return None
+
+
 def _operator_action(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.preflight import ensure_broker
     from producers.delivery import EventPublisher
@@ -148,6 +170,11 @@ def _operator_action(args: argparse.Namespace, settings: Settings) -> int:
     if keys is not None and by != keys.active:
         print(f"faultline {args.cmd}: --by {by} is not the key id of your operator key ({keys.active}): an "
               "action is signed as the person whose key signs it", file=sys.stderr)
+        return 1
+    unknown = _not_in_inventory(settings, node, gpu) if action != "release_gpu" else None
+    if unknown is not None:
+        print(f"faultline {args.cmd}: {unknown}: nothing was fenced (the correlator refuses hardware no inventory "
+              "or job names); check the name with `faultline status`", file=sys.stderr)
         return 1
     body = OperatorAction(action=action, gpu=ref, by=by, reason=args.reason,
                           validated_by=getattr(args, "validated_by", None))

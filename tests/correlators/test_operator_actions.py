@@ -121,3 +121,19 @@ def test_the_worker_sets_unsigned_actions_aside_with_the_reason() -> None:
     assert keep == [heartbeat, signed]
     assert [(e.id, why) for e, why in refused] == [("e2", "operator action refused: unsigned")]
     assert screen([_release(2, 9)], OperatorTrust())[1] == []  # development: no keys, taken as it says
+
+
+def test_a_fence_of_hardware_nothing_names_is_refused() -> None:
+    """Issue 28 item 2: `quarantine gpu-node-01:99` and `nosuchnode:1` were fenced and listed as fenced. A GPU
+    no inventory lists and a node no inventory or job names are refused: nothing is fenced, no command."""
+    c = _engine()  # n1 has GPUs 0 and 1
+    for n, (node, act) in enumerate([
+            ("n1", OperatorAction(action="quarantine_gpu", gpu=GpuRef(index=99), by="alice", reason="bad index")),
+            ("n1", OperatorAction(action="quarantine_gpu", gpu=GpuRef(uuid="GPU-typo"), by="alice")),
+            ("nosuchnode", OperatorAction(action="quarantine_gpu", gpu=GpuRef(index=1), by="alice")),
+            ("nosuchnode", OperatorAction(action="cordon_node", by="alice", reason="typo"))]):
+        assert _commands(c.process(_ev(10 + n, act, node=node, seconds=1 + n))) == [], (node, act)
+    assert not c.ledger.is_fenced("n1", 99) and not c.ledger.is_fenced("nosuchnode", 1)
+    assert "nosuchnode" not in c.ledger.nodes
+    ok = OperatorAction(action="quarantine_gpu", gpu=GpuRef(index=1), by="alice", reason="flaky")
+    assert [k.type for k in _commands(c.process(_ev(20, ok, seconds=30)))] == ["quarantine_gpu"]
