@@ -26,6 +26,7 @@ from typing import Any
 from correlators.findings import HARDWARE_CATEGORIES, NODE_CATEGORIES
 from correlators.incident_state import OpenIncident
 from correlators.lifecycle import ACTIVE, IncidentLifecycle
+from correlators.node_parts import failed_parts
 from correlators.planner import Planner
 from correlators.restart_gate import GateDecision, waiting_text
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
@@ -92,6 +93,8 @@ class RecoveryRules:
         # every detector has spoken (a silent node is node_down by now): a culprit the collectives pin to one
         # live node is cordoned now, before the restart, which leaves every cordoned node out
         self.life.pin(inc, due)
+        for f in failed_parts(self.state, inc, self.p.timing.hardware_lookback_s):  # a node's own parts failed:
+            self.life.failure(job.name, f)  # ...node_hardware_fault, fenced by its rule before the restart
         window = self.p.restarts.per_s
         log = self.state.restart_log
         while log and (due - log[0]).total_seconds() >= window:

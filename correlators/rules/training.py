@@ -142,8 +142,8 @@ class TrainingRules:
             if node is not None and node in self.state.ledger.nodes:
                 gpus = []  # the whole node is what was fenced: blame it, not the rank's GPU
         self.life.failure(e.job, Finding(category, e.ts, node, gpus, reason, e.id))
-        if node is not None and category == "software_crash" and fenced is None:
-            self.hardware.rank_crashed(node, e.ts, e.id)  # on a node whose own parts failed: the node's fault
+        if node is not None:  # on a node whose own parts failed: the node's fault too, whatever else it is
+            self.hardware.rank_crashed(node, e.ts, e.id)
 
     def _after_its_end(self, name: str, evidence: str) -> bool:
         """True when ``name``'s run is :attr:`~correlators.topology.Job.over`: the report is evidence of the

@@ -9,9 +9,10 @@ Registered into :data:`scenario_book.SCENARIOS` (imported at the end of that mod
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
-from builder import Capture
+from builder import Capture, at_iso
 from scenario_book import expect, fleet, restart, scenario
 
 S = tuple[Capture, dict[str, Any]]
@@ -242,6 +243,51 @@ def a_weaker_cause_on_the_blamed_gpu_is_no_second_incident() -> S:
         must=[_q("n1", 3), restart("pt", excludes_gpu=["n1", 3])],
         unique=[restart("pt"), _q("n1", 3)],
     )
+
+
+def _node_fenced_first(node: str, gpu: int | None = None) -> dict[str, Any]:
+    """The node whose own parts failed is cordoned before the one restart, which leaves it out (and the GPU's
+    quarantine, when a GPU failed beside it, precedes the restart too)."""
+    cordon = {"type": "cordon_node", "node": node}
+    fences = [cordon] + ([_q(node, gpu)] if gpu is not None else [])
+    return expect(
+        incidents=[{"job": "pt", "category": "node_hardware_fault", "culprit_node": node}],
+        must=[*fences, restart("pt", excludes_node=node)],
+        order=[[f, restart("pt")] for f in fences],
+        unique=[restart("pt"), cordon],
+    )
+
+
+@scenario
+def memory_sel_beside_an_xid_on_the_same_node() -> S:
+    """n1's BMC logs an uncorrectable memory error half a second before GPU 3 of n1 falls off the bus; the rank
+    on GPU 3 dies of it. The crash is the GPU's -- and the node's own parts failed beside it: the GPU is
+    quarantined and the node cordoned before the one restart (a hardware SEL is never left unjudged)."""
+    cap = fleet("n1", "n2", "n3").bmc_polls(60).job("pt", ["n1", "n2"])
+    cap.sel(899.5, "n1", "memory").xid(900, "n1", 3, 79).crash(901.5, "pt", rank=3)
+    exp = _node_fenced_first("n1", 3)
+    exp["_check"] = _cordoned_by("n1", at_iso(902))  # judged as the rank dies, not held to the restart
+    return cap, exp
+
+
+def _cordoned_by(node: str, by: str) -> Check:
+    def check(out: dict[str, Any], cap: Capture) -> list[str]:
+        at = [datetime.fromisoformat(c["issued_at"].replace("Z", "+00:00")) for c in out["commands"]
+              if c["type"] == "cordon_node" and c["target"]["node"] == node]
+        return [] if at and min(at) <= datetime.fromisoformat(by) else [f"{node} cordoned at {at}, not by {by}"]
+    return check
+
+
+@scenario
+def board_sel_on_a_node_whose_agent_stays_alive_while_the_job_fails_elsewhere() -> S:
+    """n2's BMC logs a board fault, its agent goes on heartbeating; seconds later a rank on n1 raises and the job
+    fails. No rank of n2 crashed and n2 never went silent, but a node with a hardware SEL is fenced before the
+    next restart of the job that was using it: cordoned, left out."""
+    cap = fleet("n1", "n2", "n3").bmc_polls(60).job("pt", ["n1", "n2"])
+    cap.sel(895, "n2", "board").exception(900, "pt", rank=2).crash(900.5, "pt", rank=2, error="ValueError: bad batch")
+    exp = _node_fenced_first("n2")
+    exp["must_not"] = [{"type": "cordon_node", "node": "n1"}, {"type": "quarantine_gpu"}]
+    return cap, exp
 
 
 # --- 4: a zombie node is fenced and left out; its owner is told once per change ---------------------------
