@@ -433,6 +433,37 @@ def checkpoint_failure_long_after_a_fault_is_its_own() -> S:
     )
 
 
+@scenario
+def checkpoint_write_fails_before_its_node_is_known_dead() -> S:
+    """n1 stops answering at 895 s (no SEL, the BMC says power on: node_down once its silence is timed, some 45 s
+    later); the checkpoint being written fails with an I/O error at 897 s -- logged before anything says n1 is
+    gone. The write's failure waits for the job's hardware to speak, then is folded into the node's incident:
+    no checkpoint_failure incident, no storage ticket."""
+    cap = fleet("n1", "n2", "n3").bmc_polls(60).job("pt", ["n1", "n2"])
+    cap.silence(895, "n1").bmc_power(915, "n1")
+    cap.checkpoint_failed(897, "pt", 600, error="OSError: [Errno 5] Input/output error")
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "node_down", "culprit_node": "n1"}],
+        must=[{"type": "cordon_node", "node": "n1"}, restart("pt", excludes_node="n1")],
+        unique=[restart("pt"), {"type": "open_ticket"}],
+        _check=_says("pt", "a consequence of node_down"),
+    )
+
+
+@scenario
+def checkpoint_write_out_of_space_beside_a_dead_node_is_its_own() -> S:
+    """The same death, but the write failed for lack of space: its own storage's fault, whatever the node did
+    -- a checkpoint_failure of its own, judged at once (beside the node's incident)."""
+    cap = fleet("n1", "n2", "n3").bmc_polls(60).job("pt", ["n1", "n2"])
+    cap.silence(895, "n1").bmc_power(915, "n1")
+    cap.checkpoint_failed(897, "pt", 600)
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "node_down", "culprit_node": "n1"},
+                   {"job": "pt", "category": "checkpoint_failure", "opened_by": at_iso(897)}],
+        must=[{"type": "cordon_node", "node": "n1"}, {"type": "notify", "job": "pt"}],
+    )
+
+
 # --- 6: one ticket per physical thing to repair -----------------------------------------------------------
 def _pdu_fleet() -> Capture:
     """n1 GPUs 4-7 and n2 GPUs 0-3 are fed by one PDU, ``pdu-7``; job a on n1's half, job b on n2's."""
