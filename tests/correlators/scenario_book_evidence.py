@@ -387,6 +387,23 @@ def single_node_job_silent_ranks_pin_nothing() -> S:
     )
 
 
+@scenario
+def a_rank_behind_in_a_collective_is_left_out_not_fenced() -> S:
+    """Rank 5 never enqueued the collective every other rank of the job waits in (it times out one work item
+    earlier): the evidence blames the GPU that rank ran on -- a link or a process, so nothing is fenced (no
+    quarantine, no cordon), but the restart does not put the job back on it: GPU 5 of n1 is left out."""
+    cap = fleet("n1", "n2", "n3").job("pt", ["n1", "n2"])
+    cap.stop_training("pt", 890)
+    cap.nccl_timeout(900, "pt", behind=[5])
+    cap.scheduler(912, "job_failed", job="pt")
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "network_timeout", "culprit_node": "n1", "culprit_gpus": [5]}],
+        must=[restart("pt", excludes_gpu=["n1", 5], gpus_min=16, gpus_max=16)],
+        unique=[restart("pt")],
+        must_not=[{"type": "cordon_node"}, {"type": "quarantine_gpu"}, {"type": "drain_node"}],
+    )
+
+
 # --- 5: a consequence is not a second cause ---------------------------------------------------------------
 def _node_died_expect(node: str) -> dict[str, Any]:
     return expect(
