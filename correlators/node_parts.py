@@ -8,8 +8,9 @@ cadence is known; neither may come before the job's restart (a rank crash blamed
 agent that had sent one heartbeat gap, a job that failed of something else meanwhile). So the last
 moment, the restart, looks once more: :func:`failed_parts` names each node of the job's allocation, not
 fenced yet, whose BMC (or kernel) logged a fault of its own parts within ``hardware_lookback_s`` before
-the failure or since (the window the restart gate suspects a node in: a SEL an hour old blames nothing),
-as a ``node_hardware_fault`` finding; the lifecycle takes it like any hardware evidence (fenced by its
+the failure or since (the window the restart gate suspects a node in), or earlier but its agent has said
+nothing since (a SEL an hour old on a node that kept heartbeating blames nothing), as a
+``node_hardware_fault`` finding; the lifecycle takes it like any hardware evidence (fenced by its
 category's rule, the restart leaves the node out).
 """
 
@@ -25,7 +26,20 @@ from correlators.restart_gate import human
 if TYPE_CHECKING:
     from correlators.state import EngineState
 
-__all__ = ["failed_parts"]
+__all__ = ["failed_parts", "unheard_since", "unjudged_fault"]
+
+
+def unheard_since(state: EngineState, node: str, at: datetime) -> bool:
+    """Has ``node``'s agent said nothing since ``at`` (it has one: a node without an agent is not waited on)?"""
+    beat = state.heartbeat.get(node)
+    return beat is not None and beat.last < at
+
+
+def unjudged_fault(state: EngineState, node: str, near: datetime, lookback_s: float) -> bool:
+    """Did ``node``'s own parts fail within ``lookback_s`` of ``near``, and is it not fenced yet (a verdict to come)?"""
+    view = state.bmc.get(node)
+    at = view.node_fault_at if view is not None else None
+    return at is not None and abs((at - near).total_seconds()) <= lookback_s and not state.ledger.is_fenced(node)
 
 
 def failed_parts(state: EngineState, inc: OpenIncident, lookback_s: float) -> list[Finding]:
@@ -39,7 +53,7 @@ def failed_parts(state: EngineState, inc: OpenIncident, lookback_s: float) -> li
     for node in job.nodes:
         view = state.bmc.get(node)
         at: datetime | None = view.node_fault_at if view is not None else None
-        if view is None or at is None or at < since or state.ledger.is_fenced(node):
+        if view is None or at is None or state.ledger.is_fenced(node) or at < since and not unheard_since(state, node, at):
             continue
         out.append(Finding("node_hardware_fault", at, node,
                            reason=f"node_hardware_fault: a {view.node_fault} fault logged on {node} at {human(at)}, "

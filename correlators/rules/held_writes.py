@@ -13,7 +13,8 @@ its own storage (space, quota, a read-only or forbidden path: :func:`own_storage
 * publishes it as a ``checkpoint_failure`` once ``gate.late_line_s`` has passed (a late kernel line has
   had its chance) and every node of the job has vouched for itself since the write failed (a heartbeat
   after it, not silent) or has no verdict on its way (no silence or judge timer armed: nothing will
-  speak for it); at the latest after ``MAX_HOLD_S``.
+  speak for it, and no fault of its own parts near the write waits to be judged at the job's restart:
+  :func:`~correlators.node_parts.unjudged_fault`); at the latest after ``MAX_HOLD_S``.
 
 Kept in :attr:`~correlators.state.EngineState.held_writes` (the job -> its held findings), so a
 snapshot and a takeover hold the same writes.
@@ -27,6 +28,7 @@ from datetime import datetime, timedelta
 from correlators.belonging import explained_by
 from correlators.findings import Finding
 from correlators.lifecycle import IncidentLifecycle
+from correlators.node_parts import unjudged_fault
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
 from correlators.timers import TimerKey, TimerName
 
@@ -95,6 +97,8 @@ class HeldWrites:
         j = self.state.topology.jobs.get(job)
         s = self.state
         for node in j.nodes if j is not None else []:
+            if unjudged_fault(s, node, since, self.p.timing.hardware_lookback_s):
+                return True  # its own parts failed as the write did: the restart will judge it, if nothing before
             beat = s.heartbeat.get(node)
             if beat is None or s.ledger.is_fenced(node) or (node not in s.silent and beat.last >= since):
                 continue
