@@ -48,11 +48,8 @@ FAILING_EXAMPLES = 200  # a failing invariant's own run once its fix lands (the 
 
 # Today's standing: the invariants every fleet keeps, and those the engine breaks (class of issue #25, why).
 HOLDING: tuple[str, ...] = ("size", "same", "world", "hang", "explained", "tickets", "fenced_first",
-                           "consequence", "gate")
-FAILING: dict[str, tuple[int | str, str]] = {
-    "checkpoint": (7, "a stale-checkpoint fault beside an XID: the restart names step 10, which the watcher "
-                      "saw neither saved nor loaded"),
-}
+                           "consequence", "gate", "checkpoint")
+FAILING: dict[str, tuple[int | str, str]] = {}
 
 
 def violations(plan: FleetPlan, which: tuple[str, ...]) -> list[str]:
@@ -174,7 +171,6 @@ def test_fatal_xids_and_hardware_sels_are_fenced_before_the_next_restart(plan: F
     _keeps(plan, "fenced_first")
 
 
-@_failing("checkpoint")
 @FAILING_RUN
 @given(fleets(max_nodes=16))
 @example(FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=300.0, jobs=(
