@@ -91,17 +91,18 @@ def note_repeat(owner: OpenIncident, what: str) -> bool:
 def explained_by(incidents: list[OpenIncident], category: str, node: str | None, ts: datetime,
                  lookback_s: float) -> OpenIncident | None:
     """The job's hardware incident that explains a failure of ``category`` (on ``node``, if known) at
-    ``ts``: one of the job's incidents with a hardware root cause, not finished, whose first evidence is
-    within ``lookback_s`` of ``ts`` (either order: the consequence is often logged first), and, when the
-    failure names a node, blaming that node (or the whole job's hardware, for a node-less failure)."""
+    ``ts``: one of the job's incidents with a hardware root cause, not finished, whose first evidence -- or
+    that of a second hardware root cause it carries -- is within ``lookback_s`` of ``ts`` (either order: the
+    consequence is often logged first), and, when the failure names a node, blaming that node (or the whole
+    job's hardware, for a node-less failure)."""
     if category not in CONSEQUENCES:
         return None
     for inc in incidents:
         if inc.category not in HARDWARE_CATEGORIES or inc.held and inc.node is None:
             continue
-        if abs((ts - inc.opened_at).total_seconds()) > lookback_s:
-            continue
-        if node is not None and node not in {n for n, _ in inc.hardware()}:
-            continue
-        return inc
+        # the incident's own cause, or a second hardware root cause it carries (its own incident, one restart)
+        causes = [(inc.opened_at, {n for n, _ in inc.hardware()})] + [
+            (o.ts, {o.node}) for o in inc.others if o.ts is not None and o.category in HARDWARE_CATEGORIES]
+        if any(abs((ts - at).total_seconds()) <= lookback_s and (node is None or node in nodes) for at, nodes in causes):
+            return inc
     return None

@@ -59,6 +59,7 @@ from correlators.policy import Policy
 from correlators.quarantine_ledger import QuarantineLedger
 from correlators.rules.base import EventHandler, OnTimer, RuleContext, RuleSet
 from correlators.rules.hardware import HardwareRules
+from correlators.rules.held_writes import HeldWrites
 from correlators.rules.lemons import LemonRules
 from correlators.rules.liveness import LivenessRules
 from correlators.rules.operator import OperatorRules
@@ -106,11 +107,12 @@ class Correlator:
         recovery = RecoveryRules(ctx, life, planner)
         verification = VerificationRules(ctx, life, planner)
         hardware = HardwareRules(ctx, life)
-        training = TrainingRules(ctx, life, verification, hardware)
+        held = HeldWrites(ctx, life)  # a failed checkpoint write waits for its job's hardware to speak
+        training = TrainingRules(ctx, life, verification, hardware, held)
         placement = PlacementRules(ctx, life, planner)
         self.rule_sets: tuple[RuleSet, ...] = (
             SchedulerRules(ctx, life, verification, placement, training), LivenessRules(ctx, hardware), hardware,
-            training, recovery, verification, placement, OperatorRules(ctx, self.operators), lemons)
+            training, recovery, verification, placement, OperatorRules(ctx, self.operators), lemons, held)
         self.handlers, self.on_timer = _tables(self.rule_sets)
 
     # --- what tests and the worker read --------------------------------------------------

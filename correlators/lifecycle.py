@@ -276,14 +276,17 @@ class IncidentLifecycle:
     # --- condition incidents: a job (or job-less hardware) keeps running -----------------
     def condition(self, job: str | None, node: str | None, category: str, gpus: list[int],
                   ts: datetime, reason: str, evidence: str | None, node_hint: str | None = None,
-                  actions_only: tuple[str, ...] | None = None, severity: str | None = None) -> OpenIncident:
-        """Record a condition of ``job`` (or, without a job, of ``node``'s hardware): new, or more evidence."""
+                  actions_only: tuple[str, ...] | None = None, severity: str | None = None,
+                  now: datetime | None = None) -> OpenIncident:
+        """Record a condition of ``job`` (or, without a job, of ``node``'s hardware): new, or more evidence
+        (``now``: when it is decided, if later than ``ts``, when it happened: a held write)."""
+        at = ts if now is None else now
         subject = node if job is None else None
         owner = fence_owner(self.state, node, gpus, category) if job is None else None
         if owner is not None:  # a repeat on hardware fenced for this very cause: the fence's evidence
             owner.add_evidence(evidence)
             if note_repeat(owner, reason):
-                self.emit(owner, ts)
+                self.emit(owner, at)
             return owner
         cause = explained_by(self.open_for_job(job), category, node or node_hint, ts,
                              self.p.timing.hardware_lookback_s) if job is not None else None
@@ -292,14 +295,14 @@ class IncidentLifecycle:
             note = f"{reason} (a consequence of {cause.category}, not a second cause)"
             if note not in cause.summary:
                 cause.summary = f"{cause.summary}; {note}"
-                self.emit(cause, ts)
+                self.emit(cause, at)
             return cause
         inc = self.state.condition(job, subject, category)
         if inc is not None and inc.state not in DONE:
             inc.add_evidence(evidence)
             if inc.blame(node or node_hint, set(gpus)):
-                self.emit(inc, ts)
-                self.immediate(inc, ts, actions_only)
+                self.emit(inc, at)
+                self.immediate(inc, at, actions_only)
             return inc
         f = Finding(category, ts, node or node_hint, gpus, reason, evidence)
         inc = self._new(job, node, f)
@@ -307,8 +310,8 @@ class IncidentLifecycle:
         if job:
             self.state.job_history.setdefault(job, []).append(inc.ref)
         self.state.set_condition(job, subject, category, inc)
-        self.emit(inc, ts)
-        self.immediate(inc, ts, actions_only)
+        self.emit(inc, at)
+        self.immediate(inc, at, actions_only)
         return inc
 
     # --- shared ------------------------------------------------------------------------

@@ -5,7 +5,9 @@ timeout: the ranks that never arrived are *every* rank the job has on that node,
 That is the node's doing, not a link's or one process's, even though no hardware detector spoke:
 the node is cordoned (fenced first) and the restart excludes it, as it would for a hardware
 category. One rank missing among its node's reporting ranks names a link or a process, not the
-node: nothing is fenced for it (the job is restarted, and a repeat on that node excludes it then).
+node: nothing is fenced for it, but what the evidence blames is still left out of the restart
+(:func:`blamed_unfenced`: the rank's GPU -- excluded, not quarantined), and a repeat on that node
+excludes the node then.
 
 :func:`pinned_node` decides; the lifecycle fences before anything else the incident issues, and
 the incident's text says which rule decided ("ranks 16–23 on zb03 never arrived; zb03 cordoned and
@@ -22,9 +24,20 @@ from correlators.incident_state import OpenIncident
 if TYPE_CHECKING:
     from correlators.state import EngineState
 
-__all__ = ["PINNED", "pinned_node", "pinned_text", "rank_ranges"]
+__all__ = ["PINNED", "UNFENCED_BLAME", "blamed_unfenced", "pinned_node", "pinned_text", "rank_ranges"]
 
 PINNED = "the evidence pins the culprit to one node"
+#: Categories whose culprit is blamed but not fenced (a link or a process): the restart leaves it out.
+UNFENCED_BLAME = frozenset({"network_timeout"})
+
+
+def blamed_unfenced(inc: OpenIncident) -> tuple[list[str], list[tuple[str, int]]]:
+    """(nodes, (node, GPU)s) a restart of ``inc`` leaves out because the evidence blames them, though no fence
+    holds them: the GPUs of the ranks behind in a collective, or the node when no GPU is named."""
+    if inc.category not in UNFENCED_BLAME:
+        return [], []
+    nodes = [n for n, gpus in inc.hardware() if not gpus]
+    return nodes, [(n, g) for n, gpus in inc.hardware() for g in sorted(gpus)]
 
 
 def pinned_node(state: EngineState, inc: OpenIncident) -> str | None:

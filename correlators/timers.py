@@ -28,7 +28,7 @@ __all__ = ["ArmedTimers", "Timer", "TimerKey", "TimerName", "TimerQueue"]
 #: Every timer the rules arm (see each rule set's ``timer_handlers()`` for what it decides).
 TimerName = Literal["fence", "confirm", "psu_check", "gone", "silence", "judge", "settle", "verify", "hang",
                     "hang_check", "stale",
-                    "tell"]
+                    "tell", "hold_write"]
 #: What a timer is about: (node,), (node, GPU index), (incident id,) or (job,).
 TimerKey = tuple[str | int | None, ...]
 

@@ -26,6 +26,8 @@ from typing import Any
 from correlators.findings import HARDWARE_CATEGORIES, NODE_CATEGORIES
 from correlators.incident_state import OpenIncident
 from correlators.lifecycle import ACTIVE, IncidentLifecycle
+from correlators.node_parts import failed_parts
+from correlators.pinned import blamed_unfenced
 from correlators.planner import Planner
 from correlators.restart_gate import GateDecision, waiting_text
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
@@ -92,6 +94,8 @@ class RecoveryRules:
         # every detector has spoken (a silent node is node_down by now): a culprit the collectives pin to one
         # live node is cordoned now, before the restart, which leaves every cordoned node out
         self.life.pin(inc, due)
+        for f in failed_parts(self.state, inc, self.p.timing.hardware_lookback_s):  # a node's own parts failed:
+            self.life.failure(job.name, f)  # ...node_hardware_fault, fenced by its rule before the restart
         window = self.p.restarts.per_s
         log = self.state.restart_log
         while log and (due - log[0]).total_seconds() >= window:
@@ -134,6 +138,12 @@ class RecoveryRules:
         left_out = [x for x in decision.excluded if x.gpu is None]
         extra_nodes += [x.node for x in left_out]
         extra_gpus = [(x.node, x.gpu) for x in decision.excluded if x.gpu is not None]
+        nodes, gpus = blamed_unfenced(inc)  # what the evidence blames but nothing fences (a rank behind)
+        if nodes or gpus:
+            reasons.append("leaving out what the evidence blames, not fenced: " + "; ".join(
+                [*nodes, *(f"{n} GPU {g}" for n, g in gpus)]) + f" ({inc.category})")
+        extra_nodes += [n for n in nodes if n not in extra_nodes]
+        extra_gpus += [x for x in gpus if x not in extra_gpus]
         if decision.excluded:
             reasons.append("leaving out " + "; ".join(
                 f"{x.node}{'' if x.gpu is None else f' GPU {x.gpu}'} ({x.why})" for x in decision.excluded))

@@ -33,6 +33,7 @@ from correlators.restart_gate import human
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
 from correlators.rules.hang_witness import cadence_known, gpu_witness, heartbeat_witness, spinning
 from correlators.rules.hardware import HardwareRules
+from correlators.rules.held_writes import HeldWrites
 from correlators.rules.verification import VerificationRules
 from correlators.timers import TimerKey, TimerName
 from correlators.topology import Job
@@ -56,12 +57,13 @@ class TrainingRules:
     heartbeats. Failures go to the lifecycle; each step is also a chance for recovery to see progress."""
 
     def __init__(self, ctx: RuleContext, lifecycle: IncidentLifecycle, verification: VerificationRules,
-                 hardware: HardwareRules) -> None:
+                 hardware: HardwareRules, held: HeldWrites) -> None:
         self.state = ctx.state
         self.p = ctx.policy
         self.life = lifecycle
         self.verification = verification
         self.hardware = hardware
+        self.held = held
         self.queue = ctx.state.timers
 
     def event_handlers(self) -> Mapping[str, EventHandler]:
@@ -142,8 +144,8 @@ class TrainingRules:
             if node is not None and node in self.state.ledger.nodes:
                 gpus = []  # the whole node is what was fenced: blame it, not the rank's GPU
         self.life.failure(e.job, Finding(category, e.ts, node, gpus, reason, e.id))
-        if node is not None and category == "software_crash" and fenced is None:
-            self.hardware.rank_crashed(node, e.ts, e.id)  # on a node whose own parts failed: the node's fault
+        if node is not None:  # on a node whose own parts failed: the node's fault too, whatever else it is
+            self.hardware.rank_crashed(node, e.ts, e.id)
 
     def _after_its_end(self, name: str, evidence: str) -> bool:
         """True when ``name``'s run is :attr:`~correlators.topology.Job.over`: the report is evidence of the
@@ -349,8 +351,8 @@ class TrainingRules:
             return
         book.on_failed(b.step, b.path)
         prog.checkpoint_failures += 1
-        self.life.condition(e.job, None, "checkpoint_failure", [], e.ts,
-                            f"checkpoint write failed at step {b.step}: {b.error[:200]}", e.id)
+        self.held.failed(e.job, Finding("checkpoint_failure", e.ts, None, [],
+                                        f"checkpoint write failed at step {b.step}: {b.error[:200]}", e.id), b.error)
 
     def _on_checkpoint_loaded(self, e: ev.Event, b: ev.CheckpointLoaded) -> None:
         if not e.job or b.step is None:

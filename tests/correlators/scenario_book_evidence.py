@@ -9,9 +9,10 @@ Registered into :data:`scenario_book.SCENARIOS` (imported at the end of that mod
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
-from builder import Capture
+from builder import Capture, at_iso
 from scenario_book import expect, fleet, restart, scenario
 
 S = tuple[Capture, dict[str, Any]]
@@ -261,6 +262,51 @@ def a_weaker_cause_on_the_blamed_gpu_is_no_second_incident() -> S:
     )
 
 
+def _node_fenced_first(node: str, gpu: int | None = None) -> dict[str, Any]:
+    """The node whose own parts failed is cordoned before the one restart, which leaves it out (and the GPU's
+    quarantine, when a GPU failed beside it, precedes the restart too)."""
+    cordon = {"type": "cordon_node", "node": node}
+    fences = [cordon] + ([_q(node, gpu)] if gpu is not None else [])
+    return expect(
+        incidents=[{"job": "pt", "category": "node_hardware_fault", "culprit_node": node}],
+        must=[*fences, restart("pt", excludes_node=node)],
+        order=[[f, restart("pt")] for f in fences],
+        unique=[restart("pt"), cordon],
+    )
+
+
+@scenario
+def memory_sel_beside_an_xid_on_the_same_node() -> S:
+    """n1's BMC logs an uncorrectable memory error half a second before GPU 3 of n1 falls off the bus; the rank
+    on GPU 3 dies of it. The crash is the GPU's -- and the node's own parts failed beside it: the GPU is
+    quarantined and the node cordoned before the one restart (a hardware SEL is never left unjudged)."""
+    cap = fleet("n1", "n2", "n3").bmc_polls(60).job("pt", ["n1", "n2"])
+    cap.sel(899.5, "n1", "memory").xid(900, "n1", 3, 79).crash(901.5, "pt", rank=3)
+    exp = _node_fenced_first("n1", 3)
+    exp["_check"] = _cordoned_by("n1", at_iso(902))  # judged as the rank dies, not held to the restart
+    return cap, exp
+
+
+def _cordoned_by(node: str, by: str) -> Check:
+    def check(out: dict[str, Any], cap: Capture) -> list[str]:
+        at = [datetime.fromisoformat(c["issued_at"].replace("Z", "+00:00")) for c in out["commands"]
+              if c["type"] == "cordon_node" and c["target"]["node"] == node]
+        return [] if at and min(at) <= datetime.fromisoformat(by) else [f"{node} cordoned at {at}, not by {by}"]
+    return check
+
+
+@scenario
+def board_sel_on_a_node_whose_agent_stays_alive_while_the_job_fails_elsewhere() -> S:
+    """n2's BMC logs a board fault, its agent goes on heartbeating; seconds later a rank on n1 raises and the job
+    fails. No rank of n2 crashed and n2 never went silent, but a node with a hardware SEL is fenced before the
+    next restart of the job that was using it: cordoned, left out."""
+    cap = fleet("n1", "n2", "n3").bmc_polls(60).job("pt", ["n1", "n2"])
+    cap.sel(895, "n2", "board").exception(900, "pt", rank=2).crash(900.5, "pt", rank=2, error="ValueError: bad batch")
+    exp = _node_fenced_first("n2")
+    exp["must_not"] = [{"type": "cordon_node", "node": "n1"}, {"type": "quarantine_gpu"}]
+    return cap, exp
+
+
 # --- 4: a zombie node is fenced and left out; its owner is told once per change ---------------------------
 ZB = ["zb01", "zb02", "zb03", "zb04"]
 
@@ -358,6 +404,23 @@ def single_node_job_silent_ranks_pin_nothing() -> S:
     )
 
 
+@scenario
+def a_rank_behind_in_a_collective_is_left_out_not_fenced() -> S:
+    """Rank 5 never enqueued the collective every other rank of the job waits in (it times out one work item
+    earlier): the evidence blames the GPU that rank ran on -- a link or a process, so nothing is fenced (no
+    quarantine, no cordon), but the restart does not put the job back on it: GPU 5 of n1 is left out."""
+    cap = fleet("n1", "n2", "n3").job("pt", ["n1", "n2"])
+    cap.stop_training("pt", 890)
+    cap.nccl_timeout(900, "pt", behind=[5])
+    cap.scheduler(912, "job_failed", job="pt")
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "network_timeout", "culprit_node": "n1", "culprit_gpus": [5]}],
+        must=[restart("pt", excludes_gpu=["n1", 5], gpus_min=16, gpus_max=16)],
+        unique=[restart("pt")],
+        must_not=[{"type": "cordon_node"}, {"type": "quarantine_gpu"}, {"type": "drain_node"}],
+    )
+
+
 # --- 5: a consequence is not a second cause ---------------------------------------------------------------
 def _node_died_expect(node: str) -> dict[str, Any]:
     return expect(
@@ -401,6 +464,37 @@ def checkpoint_failure_long_after_a_fault_is_its_own() -> S:
         incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [3]},
                    {"job": "pt", "category": "checkpoint_failure"}],
         must=[{"type": "notify", "job": "pt"}],
+    )
+
+
+@scenario
+def checkpoint_write_fails_before_its_node_is_known_dead() -> S:
+    """n1 stops answering at 895 s (no SEL, the BMC says power on: node_down once its silence is timed, some 45 s
+    later); the checkpoint being written fails with an I/O error at 897 s -- logged before anything says n1 is
+    gone. The write's failure waits for the job's hardware to speak, then is folded into the node's incident:
+    no checkpoint_failure incident, no storage ticket."""
+    cap = fleet("n1", "n2", "n3").bmc_polls(60).job("pt", ["n1", "n2"])
+    cap.silence(895, "n1").bmc_power(915, "n1")
+    cap.checkpoint_failed(897, "pt", 600, error="OSError: [Errno 5] Input/output error")
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "node_down", "culprit_node": "n1"}],
+        must=[{"type": "cordon_node", "node": "n1"}, restart("pt", excludes_node="n1")],
+        unique=[restart("pt"), {"type": "open_ticket"}],
+        _check=_says("pt", "a consequence of node_down"),
+    )
+
+
+@scenario
+def checkpoint_write_out_of_space_beside_a_dead_node_is_its_own() -> S:
+    """The same death, but the write failed for lack of space: its own storage's fault, whatever the node did
+    -- a checkpoint_failure of its own, judged at once (beside the node's incident)."""
+    cap = fleet("n1", "n2", "n3").bmc_polls(60).job("pt", ["n1", "n2"])
+    cap.silence(895, "n1").bmc_power(915, "n1")
+    cap.checkpoint_failed(897, "pt", 600)
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "node_down", "culprit_node": "n1"},
+                   {"job": "pt", "category": "checkpoint_failure", "opened_by": at_iso(897)}],
+        must=[{"type": "cordon_node", "node": "n1"}, {"type": "notify", "job": "pt"}],
     )
 
 

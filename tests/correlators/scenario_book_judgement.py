@@ -206,6 +206,20 @@ def loaded_checkpoint_announced_late_is_still_the_restart_point() -> S:
 
 
 @scenario
+def loaded_checkpoint_is_the_restart_point_when_the_job_start_arrives_after_it() -> S:
+    """The scheduler's job_started line reaches the pipeline 30 s late, after the trainer's checkpoint_loaded
+    (and first steps) of the run it began: the load is that run's all the same, and the restart point."""
+    cap = _started_from(9000)
+    cap.where(lambda d: d.get("event") == "job_started").late(30)
+    cap.xid(310, "n2", 4, 79).crash(311, "pt", rank=12)
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n2", "culprit_gpus": [4]}],
+        must=[restart("pt", checkpoint_step=9000, excludes_gpu=["n2", 4])],
+        _check=_from_step(9000),
+    )
+
+
+@scenario
 def a_save_after_the_load_is_newer_than_the_load() -> S:
     """Started from 48,000, saved at about 48,600 ten minutes later, then a GPU fails: the save wins."""
     cap = _started_from(48000, interval=600)

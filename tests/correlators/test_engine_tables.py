@@ -72,7 +72,7 @@ def test_every_timer_armed_anywhere_has_one_handler() -> None:
     assert sorted(claimed) == sorted(eng.on_timer)
     # the end of a capture flushes exactly the timers that decide on evidence already seen
     assert {n for n, on in eng.on_timer.items() if on.at_end} == {"fence", "settle", "judge", "psu_check",
-                                                                   "confirm", "tell"}
+                                                                   "confirm", "tell", "hold_write"}
 
 
 class _Claims:

@@ -354,6 +354,9 @@ class _Oracle:
     incidents: dict[str, Incident] = field(default_factory=dict)
     first_alloc: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # incident -> alloc when published
     clock: datetime | None = None
+    # job -> its run's lines that arrived before the job_started that begins the run (a late scheduler line):
+    # facts of that run all the same, judged once it is known
+    early: dict[str, list[ev.Event]] = field(default_factory=dict)
 
     def index(self, node: str | None, ref: ev.GpuRef) -> int | None:
         if node is None:
@@ -370,6 +373,9 @@ class _Oracle:
         elif isinstance(b, ev.JobStarted) and job:
             self.alloc[job] = {a.node: list(a.gpus) for a in b.allocation}
             self.runs.setdefault(job, []).append(_Run(e.ts))
+            for x in self.early.pop(job, []):
+                if x.ts >= e.ts:
+                    _Oracle.see(self, x)
         elif isinstance(b, ev.AgentHeartbeat) and node:
             self.heartbeats.setdefault(node, []).append(e.ts)
         elif isinstance(b, ev.GpuSample) and node and (i := self.index(node, b.gpu)) is not None:
@@ -386,6 +392,9 @@ class _Oracle:
             self.hardware_at.setdefault(node, []).append(e.ts)
         elif isinstance(b, ev.Xid) and node and b.code in FATAL_XIDS and (i := self.index(node, b.gpu)) is not None:
             self.xids += [(j, node, i) for j, a in self.alloc.items() if i in a.get(node, [])]
+        elif job and not self.runs.get(job) and isinstance(b, ev.TrainStep | ev.CheckpointLoaded | ev.CheckpointSaved
+                                                           | ev.CheckpointFailed | ev.WorkerExit):
+            self.early.setdefault(job, []).append(e)
         elif job and (run := (self.runs.get(job) or [None])[-1]) is not None:
             if isinstance(b, ev.TrainStep) and e.ts >= run.start:
                 run.stepped = True

@@ -1,0 +1,62 @@
+"""A node whose own parts logged a hardware fault is fenced before its job is restarted (issue #25, class 8).
+
+The rule, as the operator states it: every node with a hardware SEL (its CPU, memory or board: a power
+supply's is its power domain's) is fenced before the next restart of any job that was using it. The
+hardware rules judge such a node at once when one of its ranks crashed near the SEL
+(:meth:`~correlators.rules.hardware.HardwareRules.rank_crashed`), and its silence judges it when its agent's
+cadence is known; neither may come before the job's restart (a rank crash blamed on a GPU's XID, an
+agent that had sent one heartbeat gap, a job that failed of something else meanwhile). So the last
+moment, the restart, looks once more: :func:`failed_parts` names each node of the job's allocation, not
+fenced yet, whose BMC (or kernel) logged a fault of its own parts within ``hardware_lookback_s`` before
+the failure or since (the window the restart gate suspects a node in), or earlier but its agent has said
+nothing since (a SEL an hour old on a node that kept heartbeating blames nothing), as a
+``node_hardware_fault`` finding; the lifecycle takes it like any hardware evidence (fenced by its
+category's rule, the restart leaves the node out).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from correlators.findings import Finding
+from correlators.incident_state import OpenIncident
+from correlators.restart_gate import human
+
+if TYPE_CHECKING:
+    from correlators.state import EngineState
+
+__all__ = ["failed_parts", "unheard_since", "unjudged_fault"]
+
+
+def unheard_since(state: EngineState, node: str, at: datetime) -> bool:
+    """Has ``node``'s agent said nothing since ``at`` (it has one: a node without an agent is not waited on)?"""
+    beat = state.heartbeat.get(node)
+    return beat is not None and beat.last < at
+
+
+def unjudged_fault(state: EngineState, node: str, near: datetime, lookback_s: float) -> bool:
+    """Did ``node``'s own parts fail within ``lookback_s`` of ``near``, and is it not fenced yet (a verdict to come)?"""
+    view = state.bmc.get(node)
+    at = view.node_fault_at if view is not None else None
+    return at is not None and abs((at - near).total_seconds()) <= lookback_s and not state.ledger.is_fenced(node)
+
+
+def failed_parts(state: EngineState, inc: OpenIncident, lookback_s: float) -> list[Finding]:
+    """The ``node_hardware_fault`` findings the restart of ``inc``'s job must be preceded by (none fenced yet)."""
+    job = state.topology.jobs.get(inc.job or "")
+    if job is None:
+        return []
+    failure_at = inc.gate.failure_at if inc.gate is not None else inc.opened_at
+    since = failure_at - timedelta(seconds=lookback_s)  # an older SEL is not this failure's (the gate's window)
+    out = []
+    for node in job.nodes:
+        view = state.bmc.get(node)
+        at: datetime | None = view.node_fault_at if view is not None else None
+        if view is None or at is None or state.ledger.is_fenced(node) or at < since and not unheard_since(state, node, at):
+            continue
+        out.append(Finding("node_hardware_fault", at, node,
+                           reason=f"node_hardware_fault: a {view.node_fault} fault logged on {node} at {human(at)}, "
+                                  f"near the failure of {job.name}: fenced before its restart",
+                           evidence=None))
+    return out
