@@ -22,6 +22,8 @@ invariant (:data:`INVARIANTS`), the violations found. Each rule, as the operator
 * ``tickets``: at most one repair ticket per physical unit (a GPU; a node; a power domain);
 * ``hang``: no hang verdict before the job has shown :data:`CADENCE_INTERVALS` step intervals, unless
   corroborated (a trainer heartbeat, or its GPUs spinning busy at low power after its last step);
+* ``ended``: no restart of a job whose run ended without failing (cancelled, finished) before it starts again --
+  a scheduler's later ``job_failed`` for the same run does not undo the cancel;
 * ``size``: every record under ``streams.bounds.MAX_RECORD_BYTES``;
 * ``same``: the same capture gives the same decisions byte for byte, run again from its bytes and across a
   worker takeover (a snapshot sealed mid-capture with :mod:`correlators.snapshots`, restored, continued).
@@ -46,8 +48,8 @@ from streams.decisions import Command, Incident
 
 __all__ = ["CADENCE_INTERVALS", "INVARIANTS", "evaluate", "events_of"]
 
-INVARIANTS = ("gate", "fenced_first", "checkpoint", "world", "explained", "consequence", "tickets", "hang", "size",
-              "same")
+INVARIANTS = ("gate", "fenced_first", "checkpoint", "world", "explained", "consequence", "tickets", "hang", "ended",
+              "size", "same")
 CADENCE_INTERVALS = 3
 BLAMING = {"gpu_off_bus", "gpu_memory_fault", "gpu_nvlink_fault", "gpu_firmware_fault", "power_supply_fault",
            "node_down", "node_hardware_fault", "rack_outage", "network_timeout"}
@@ -72,6 +74,7 @@ class Watch(_Oracle):
     writer: dict[tuple[str, int], str | None] = field(default_factory=dict)  # (job, step) -> node that saved
     fence_of: dict[tuple[str, str | None], tuple[Incident, datetime]] = field(default_factory=dict)  # unit -> by, at
     ckpt_errors: dict[str, list[tuple[datetime, str]]] = field(default_factory=dict)  # job -> failed writes
+    ended: dict[str, str] = field(default_factory=dict)  # job -> how its run ended without failing, till it starts
 
     def see(self, e: ev.Event) -> None:
         super().see(e)
@@ -88,6 +91,9 @@ class Watch(_Oracle):
             self.steps.setdefault(job, []).append([])
             for a in b.allocation:
                 self.users.setdefault(a.node, set()).add(job)
+            self.ended.pop(job, None)
+        elif isinstance(b, ev.JobEnded) and job and b.status != "failed":
+            self.ended.setdefault(job, b.status)
         elif isinstance(b, ev.BmcSel) and node and b.hardware_fault and b.asserted and b.component != "power_supply":
             self.sels.append((node, e.ts))
         elif isinstance(b, ev.TrainStep) and job and self.steps.get(job):
@@ -124,7 +130,9 @@ def _restart(w: Watch, cmd: Command) -> dict[str, list[str]]:
     """Every invariant's violations by one restart, judged on what had arrived and been decided before it."""
     job = cmd.target.job or ""
     inc = w.incidents.get(cmd.incident)
-    out: dict[str, list[str]] = {k: [] for k in ("gate", "fenced_first", "checkpoint", "world")}
+    out: dict[str, list[str]] = {k: [] for k in ("gate", "fenced_first", "checkpoint", "world", "ended")}
+    if job in w.ended:
+        out["ended"].append(f"restart of {job} after its run was {w.ended[job]}")
     # judged at its issue time: past the capture's last line, end of capture moved the clock on
     w.clock = max(w.clock or cmd.issued_at, cmd.issued_at)
     for why in _restart_violations(w, cmd, lambda n, i: w.uuid.get((n, i), f"{n}:{i}")):
