@@ -15,30 +15,33 @@ speak for a GPU.
 from __future__ import annotations
 
 import statistics
-from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Annotated
 
-from correlators.state_fields import Bounded, Instant
+from correlators.state_fields import Instant
 
-__all__ = ["NVML_GAPS", "NvmlNode"]
+__all__ = ["NvmlNode"]
 
-NVML_GAPS = 32  # a node's sample cadence is the median of this many per-GPU gaps
-MIN_GAPS = 3  # ...and is not known before this many
-RECOMPUTE = 16  # ...and recomputed every this many new gaps
+MIN_GAPS = 3  # a node's cadence is not known before this many gaps...
+MIN_GPUS = 3  # ...from this many of its GPUs (or all, if fewer)
+RECOMPUTE = 16  # ...and is recomputed every this many new gaps, and whenever a GPU first appears
 
 
 @dataclass
 class NvmlNode:
     """One node's NVML view: GPU index -> its newest sample, the newest of all, the gaps between a GPU's
-    consecutive samples (the cadence), and the GPUs declared gone (with their last sample)."""
+    consecutive samples as each GPU's newest gap, and the GPUs declared gone (with their last sample).
+
+    The node's cadence is the median of its GPUs' own newest gaps -- one vote per GPU, not per sample: a
+    publish-on-change collector sends a GPU whose ECC counters move far more often than its quiet siblings,
+    and a median over samples would take that GPU's pace for the node's and declare the others gone."""
 
     last: dict[int, Instant] = field(default_factory=dict)
     newest: Instant | None = None
-    gaps: Annotated[deque[float], Bounded(NVML_GAPS)] = field(default_factory=lambda: deque(maxlen=NVML_GAPS))
     gone: dict[int, Instant] = field(default_factory=dict)
-    # the median of ``gaps``, recomputed every RECOMPUTE new gaps (a node's cadence hardly moves; the median of
+    own: dict[int, float] = field(default_factory=dict)  # GPU index -> its newest gap, in seconds
+    gaps: int = 0  # how many gaps were seen in all
+    # the median of ``own``, recomputed every RECOMPUTE new gaps (a node's cadence hardly moves; a median at
     # every sample would be the engine's costliest line)
     cad: float | None = None
     fresh: int = 0
@@ -46,12 +49,17 @@ class NvmlNode:
     def observe(self, idx: int, ts: datetime) -> bool:
         """Record a sample of GPU ``idx``; True when the GPU had been declared gone and is back."""
         prev = self.last.get(idx)
-        if prev is not None and ts > prev:
-            self.gaps.append((ts - prev).total_seconds())
+        if prev is None:
+            self.cad = None  # a GPU not seen before: the cadence waits for its vote (see the class docstring)
+        elif ts > prev:
+            gap = (ts - prev).total_seconds()
+            self.own[idx] = gap
+            self.gaps += 1
             self.fresh += 1
             if self.cad is None or self.fresh >= RECOMPUTE:
                 self.fresh = 0
-                self.cad = statistics.median(self.gaps) if len(self.gaps) >= MIN_GAPS else None
+                voted = self.gaps >= MIN_GAPS and len(self.own) >= min(MIN_GPUS, len(self.last))
+                self.cad = statistics.median(self.own.values()) if voted else None
         if prev is None or ts > prev:
             self.last[idx] = ts
         if self.newest is None or ts > self.newest:
@@ -59,7 +67,7 @@ class NvmlNode:
         return bool(self.gone) and self.gone.pop(idx, None) is not None
 
     def cadence(self) -> float | None:
-        """Seconds between two samples of one GPU (the median of the recent gaps), once known."""
+        """Seconds between two samples of one GPU (the median of the GPUs' newest gaps), once known."""
         return self.cad
 
     def next_overdue(self, factor: float) -> datetime | None:

@@ -142,6 +142,19 @@ def a_job_started_on_an_idle_fenced_gpu_fails_into_the_fences_incident() -> S:
 
 
 @scenario
+def a_chatty_gpu_does_not_set_its_nodes_nvml_cadence() -> S:
+    """NVML publishes on change, with a snapshot every 5 minutes: GPU 0 of n1, whose single-bit ECC count keeps
+    rising, is sampled every 4 s while its seven siblings are sampled once a period. They are not gone: the
+    node's cadence is its GPUs' own pace, one vote per GPU -- no gpu_off_bus, no power fault, no restart of the
+    healthy job."""
+    cap = fleet("n1", "n2", duration=1500, nvml=300.0).job("pt", ["n1", "n2"])
+    for k in range(1, 120):
+        cap.metric(30 + 4 * k, "n1", 0, ecc_sbe_volatile=k, ecc_sbe_aggregate=k)
+    return cap, expect(incidents=[], must_not=[{"type": "restart_job"}, {"type": "cordon_node"},
+                                              {"type": "quarantine_gpu"}])
+
+
+@scenario
 def idle_hardware_not_fenced_is_news() -> S:
     """The rule is about the fenced hardware only: while quarantined GPU 3 of n1 repeats its XID, GPU 6 of
     idle n3 (not fenced) reports double-bit errors -- a new job-less incident, fenced on its own."""

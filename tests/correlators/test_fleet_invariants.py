@@ -94,6 +94,13 @@ def test_the_standing_names_every_invariant_once() -> None:
     FaultPlan(kind='xid', at=0.75, job=0, pick=4, code=0, late=None, dup=False),
     FaultPlan(kind='sel', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
     FaultPlan(kind='ckpt_crash', at=0.75, job=0, pick=0, code=0, late=None, dup=False)), skew=None))
+# An idle GPU's XID beside single-bit ECC errors on the job's node: the ECC GPU's samples came every few seconds
+# (published on change), its siblings' every 5 minutes, and a node cadence taken over samples declared two of them
+# gone -- a false power fault, the healthy job cordoned and restarted from nothing.
+@example(FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=300.0, jobs=(
+    JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),), faults=(
+    FaultPlan(kind='xid_idle', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='ecc', at=0.055, job=0, pick=0, code=0, late=None, dup=False)), skew=None))
 def test_every_fleet_keeps_the_invariants_that_hold(plan: FleetPlan) -> None:
     bad = violations(plan, HOLDING)
     assert not bad, "\n".join(bad[:10])

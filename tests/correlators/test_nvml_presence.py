@@ -35,3 +35,19 @@ def test_nothing_is_known_before_three_gaps_and_a_gone_gpu_can_come_back() -> No
     assert nv.observe(0, at(400)) is True and 0 not in nv.gone
     nv.observe(0, at(10))  # a late sample does not move the newest back
     assert nv.last[0] == at(400) and nv.newest == at(400)
+
+
+def test_a_gpu_sampled_on_every_change_does_not_set_the_nodes_cadence() -> None:
+    """Publish-on-change: GPU 0's ECC counter moves, so it is sampled every 4 s; GPUs 1-3 once per 300 s
+    period. One vote per GPU: the node's pace is 300 s, and GPUs 1-3 are not overdue 10 s after a sample."""
+    nv = NvmlNode()
+    for g in range(4):
+        nv.observe(g, at(g))
+    for k in range(1, 80):
+        nv.observe(0, at(4 * k))
+    assert nv.cadence() is None  # GPUs 1-3 have shown no gap yet: no verdict on them from GPU 0's pace
+    for g in range(1, 4):
+        nv.observe(g, at(300 + g))
+    nv.observe(0, at(324))
+    assert nv.cadence() == 300
+    assert nv.overdue_at(1, 2.5) == at(301 + 750)
