@@ -100,7 +100,8 @@ class IncidentLifecycle:
         j = s.topology.jobs.get(job)
         for inc_id in (f.belongs_to, j.breach if j is not None else None):
             inc = s.incident(inc_id) if inc_id else None
-            if inc is not None and inc.state != "closed" and (inc.job == job or takes_breach(inc, job, j)):
+            breach = j is not None and inc_id == j.breach  # a fence's incident carries the run, even closed
+            if inc is not None and (inc.state != "closed" or breach) and (inc.job == job or takes_breach(inc, job, j)):
                 return inc
         held = s.failure_of(job)  # waiting for a person, and the job has not run again since: the same failure
         if held is not None and held.state == "escalated" and j is not None and held.run == j.starts:

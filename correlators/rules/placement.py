@@ -98,7 +98,7 @@ class PlacementRules:
                 own.state in ACTIVE or own.state == "verifying" or now - (own.updated_at or own.opened_at) <= recent):
             return own
         owners = [s.incident(f.incident) for _, _, f in fenced]
-        mine = [i for i in owners if i is not None and i.job == job.name and i.state != "closed"]
+        mine = [i for i in owners if i is not None and i.job == job.name]  # closed by a cancel: the fence holds
         if mine:
             return mine[0]
         other = next((i for i in owners if i is not None), None)

@@ -155,6 +155,24 @@ def a_chatty_gpu_does_not_set_its_nodes_nvml_cadence() -> S:
 
 
 @scenario
+def a_cancelled_job_started_again_on_its_fenced_gpu_fails_into_its_incident() -> S:
+    """GPU 3 of n1 falls off the bus under pt and is quarantined; a person cancels pt (the incident closes); the
+    scheduler, not honouring the fence, starts pt on n1 and n2 again and the rank on GPU 3 dies. The fence
+    outlives the incident its cancel closed: the failure is that incident's again, no second incident."""
+    cap = fleet("n1", "n2", "n3", duration=1800).job("pt", ["n1", "n2"])
+    cap.xid(900, "n1", 3, 79).crash(901.5, "pt", rank=3)
+    cap.scheduler(960, "job_cancelled", "pt")
+    cap.job("pt", ["n1", "n2"], at=1100)
+    cap.crash(1130, "pt", rank=3)
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [3]}],
+        must=[{"type": "quarantine_gpu", "node": "n1", "gpu": 3}, restart("pt")],
+        unique=[{"type": "quarantine_gpu"}, {"type": "open_ticket"}],
+        must_not=[{"type": "cordon_node"}],
+    )
+
+
+@scenario
 def idle_hardware_not_fenced_is_news() -> S:
     """The rule is about the fenced hardware only: while quarantined GPU 3 of n1 repeats its XID, GPU 6 of
     idle n3 (not fenced) reports double-bit errors -- a new job-less incident, fenced on its own."""
