@@ -373,9 +373,8 @@ class _Oracle:
         elif isinstance(b, ev.JobStarted) and job:
             self.alloc[job] = {a.node: list(a.gpus) for a in b.allocation}
             self.runs.setdefault(job, []).append(_Run(e.ts))
-            for x in self.early.pop(job, []):
-                if x.ts >= e.ts:
-                    _Oracle.see(self, x)
+            for x in self.early.pop(job, []):  # the job had no run before: they are its first run's, whatever
+                _Oracle.see(self, x)            # their stamps say (a trainer's clock behind the scheduler's)
         elif isinstance(b, ev.AgentHeartbeat) and node:
             self.heartbeats.setdefault(node, []).append(e.ts)
         elif isinstance(b, ev.GpuSample) and node and (i := self.index(node, b.gpu)) is not None:
