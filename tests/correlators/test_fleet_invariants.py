@@ -48,8 +48,11 @@ FAILING_EXAMPLES = 200  # a failing invariant's own run once its fix lands (the 
 
 # Today's standing: the invariants every fleet keeps, and those the engine breaks (class of issue #25, why).
 HOLDING: tuple[str, ...] = ("size", "same", "world", "hang", "explained", "tickets", "fenced_first", "ended",
-                           "consequence", "gate", "checkpoint")
-FAILING: dict[str, tuple[int | str, str]] = {}
+                           "gate", "checkpoint")
+FAILING: dict[str, tuple[int | str, str]] = {
+    "consequence": (5, "a write that failed as its node's agent fell silent (a job-less node incident first, the "
+                       "job's own 108 s later) is still published as checkpoint_failure"),
+}
 
 
 def violations(plan: FleetPlan, which: tuple[str, ...]) -> list[str]:
@@ -101,6 +104,21 @@ def test_the_standing_names_every_invariant_once() -> None:
     JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),), faults=(
     FaultPlan(kind='xid_idle', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
     FaultPlan(kind='ecc', at=0.055, job=0, pick=0, code=0, late=None, dup=False)), skew=None))
+# job0's GPU is fenced, job0 cancelled (its incident closed), then started again on that GPU: its failure there
+# opened a second incident for hardware its own closed incident still fences.
+@example(FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=300.0, jobs=(
+    JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),), faults=(
+    FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='breach', at=0.125, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='cancel', at=0.25, job=0, pick=0, code=0, late=None, dup=False)), skew=None))
+# A resumed job whose trainer's clock runs 20 s behind: its checkpoint_loaded is stamped before its job_started;
+# the oracle dropped it and called the engine's restart from that loaded step "never saved or loaded".
+@example(FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=300.0, jobs=(
+    JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=10),), faults=(
+    FaultPlan(kind='ckpt_stale', at=0.5, job=0, pick=0, code=0, late=30.0, dup=False),
+    FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False)), skew=('trainer', -20.0)))
 def test_every_fleet_keeps_the_invariants_that_hold(plan: FleetPlan) -> None:
     bad = violations(plan, HOLDING)
     assert not bad, "\n".join(bad[:10])
@@ -228,8 +246,17 @@ def test_no_incident_for_what_a_fence_already_explains(plan: FleetPlan) -> None:
     _keeps(plan, "explained")
 
 
+@_failing("consequence")
 @FAILING_RUN
 @given(fleets(max_nodes=16))
+# n01's agent falls silent mid-write (a job-less node_hardware_fault opens for it) and its memory SEL follows; the
+# job's own incident for n01 comes 108 s after the write: the held write was still published as checkpoint_failure
+@example(FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=300.0, jobs=(
+    JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),) * 3, faults=(
+    FaultPlan(kind='xid', at=0.5, job=1, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='xid', at=0.75, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='xid_soft', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='ckpt_crash', at=0.25, job=0, pick=0, code=0, late=None, dup=False)), skew=None))
 @example(FleetPlan(nodes=3, gpus=4, duration=900.0, jobs=(JobPlan(nodes=2, every=10.0, interval=120.0),),
                    faults=(FaultPlan(kind="ckpt_crash", at=0.4),)))
 @example(FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=30.0, nvml=120.0, jobs=(
