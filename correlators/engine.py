@@ -51,6 +51,7 @@ from datetime import datetime
 from functools import cache
 from typing import get_args
 
+from correlators.clock import source_key
 from correlators.incident_state import OpenIncident
 from correlators.lifecycle import IncidentLifecycle
 from correlators.operator_trust import OperatorTrust
@@ -144,7 +145,14 @@ class Correlator:
             return []
         if isinstance(body, ev.EndOfCapture):
             return self.finish()
-        self._advance(event.ts)
+        s = self.state
+        node = event.node
+        key = None if node and node not in s.topology.nodes else source_key(node, event.source)
+        now, at = s.sources.arrive(key, event.ts, s.clock, self.policy.timing.clock_skew_tolerance_s)
+        # a late line fires only the timers due by its own time, as ever (what it adds may still join them)
+        self._advance(now if s.clock is None or now > s.clock else min(at, s.clock))
+        if at != event.ts:  # screened: judged where it arrived on the cell's clock (correlators/clock.py)
+            event = event.model_copy(update={"ts": at})
         handler = self.handlers.get(body.kind)
         if handler is not None:  # else IGNORED
             handler(event, body)

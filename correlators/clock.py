@@ -1,0 +1,126 @@
+"""The cell's clock: each source keeps its own watermark, and no single source can move the clock.
+
+Event time is what the engine judges in, but a source's stamps are only as good as its clock: one
+node whose RTC is wrong, or whose NTP stepped it ten minutes ahead and back, must not make every
+other node's silence fall due, nor be judged silent itself because its last heartbeat lies in the
+future. The rule, over (source key, event time) and nothing else:
+
+* **Sources.** A node-bound source is keyed ``node|source`` (``n7|node_agent``), a global one
+  (the scheduler, the BMC poller) by its source name. Only nodes the cell knows (its inventory or
+  the scheduler named them) vote; a line of an unknown node is judged but moves nothing.
+* **Watermarks.** Each voter's watermark is its newest stamp (its latest, when it stepped back by
+  more than the tolerance: a clock stepped back is that source's time again).
+* **The clock.** A voter is live when it was heard within the last ``max(32, 4 x voters)``
+  arrivals (arrival order is the one witness every source shares; on the live path the wall clock
+  moves the cell clock too). With three live voters or more, the candidate is the newest live
+  watermark no more than ``tolerance`` past their (lower) median: a source far ahead of the others
+  is outvoted, a quiet or lagging one only drops out. With one or two live voters there is no
+  majority to ask and the candidate is the newest watermark (tiny captures keep their time). The
+  cell clock is never moved back and never past the newest watermark.
+* **The screen.** An event stamped more than ``tolerance`` ahead of or behind the cell clock is
+  *screened*: it is still judged, as evidence, but placed at the cell clock (the time it arrived
+  at, in the cell's time), so its heartbeats and samples are judged against its own sequence and
+  never time out another source. The skew is noted on its source (``skew_s``, ``screened``) and
+  counted for the cell.
+
+The candidate is recomputed every ``max(1, voters // 16)`` arrivals (a fleet of hundreds of
+sources would otherwise sort them on every line). Everything here is plain data in
+:class:`~correlators.state.EngineState`, so a snapshot carries it and a takeover decides byte for
+byte as the engine it replaces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from correlators.state_fields import Instant
+
+__all__ = ["CellClock", "SourceMark", "source_key"]
+
+MIN_LIVE = 32  # arrivals a voter stays live without a word, at least...
+LIVE_PER_VOTER = 4  # ...or this many per voter known
+RECOMPUTE_PER = 16  # the candidate is recomputed every voters // this arrivals
+QUORUM = 3  # live clock domains needed before a lone newest one is outvoted
+
+
+def source_key(node: str | None, source: str) -> str:
+    """The key a source votes under: ``node|source`` for a node-bound one, the source name otherwise."""
+    return f"{node}|{source}" if node else source
+
+
+@dataclass
+class SourceMark:
+    """One source's watermark, when it was last heard (arrival number), and its skew when last screened."""
+
+    mark: Instant
+    heard: int = 0
+    screened: int = 0
+    skew_s: float = 0.0
+
+
+@dataclass
+class CellClock:
+    """The sources' watermarks and the arrivals counted; :meth:`arrive` gives the clock and an event's place."""
+
+    sources: dict[str, SourceMark] = field(default_factory=dict)
+    arrivals: int = 0
+    candidate: Instant | None = None
+    screened: int = 0  # lines screened in this cell
+    worst_skew_s: float = 0.0  # the largest skew screened (signed, by magnitude)
+
+    def arrive(self, key: str | None, ts: datetime, clock: datetime | None,
+               tolerance_s: float) -> tuple[datetime, datetime]:
+        """One event of source ``key`` (None: a source that may not vote) stamped ``ts`` arrives while the
+        cell clock reads ``clock``: return the clock to advance to and the time to judge the event at."""
+        self.arrivals += 1
+        tol = timedelta(seconds=tolerance_s)
+        if key is not None:
+            src = self.sources.get(key)
+            if src is None:
+                self.sources[key] = SourceMark(ts, self.arrivals)
+                self.candidate = None  # a new voter: recompute now
+            else:
+                if ts > src.mark or src.mark - ts > tol:
+                    src.mark = ts
+                src.heard = self.arrivals
+        now = self._candidate(ts, tol)
+        if clock is not None and now is not None and now < clock:
+            now = clock
+        if now is None:
+            now = clock if clock is not None else ts
+        if abs((ts - now).total_seconds()) <= tolerance_s:
+            return now, ts
+        skew = (ts - now).total_seconds()
+        self.screened += 1
+        if abs(skew) > abs(self.worst_skew_s):
+            self.worst_skew_s = skew
+        if key is not None:
+            mark = self.sources[key]
+            mark.screened += 1
+            mark.skew_s = skew
+        return now, now
+
+    def _candidate(self, ts: datetime, tol: timedelta) -> datetime | None:
+        n = len(self.sources)
+        if n == 0:
+            return ts  # nobody may vote: the lines' own time (as a capture of unknown nodes has)
+        every = max(1, n // RECOMPUTE_PER)
+        if self.candidate is None or self.arrivals % every == 0:
+            self.candidate = self._vote(n, tol)
+        return self.candidate
+
+    def _vote(self, n: int, tol: timedelta) -> datetime | None:
+        since = self.arrivals - max(MIN_LIVE, LIVE_PER_VOTER * n)
+        newest: dict[str, datetime] = {}  # clock domain (a node, or a global source) -> its newest live mark
+        for key, src in self.sources.items():
+            if src.heard > since:
+                dom = key.split("|", 1)[0]
+                if dom not in newest or src.mark > newest[dom]:
+                    newest[dom] = src.mark
+        if not newest:
+            return None
+        top = sorted(newest.values(), reverse=True)
+        if len(top) < QUORUM or top[0] - top[1] <= tol:
+            return top[0]
+        return top[1]  # the newest is alone that far ahead: the second newest is corroborated by it
