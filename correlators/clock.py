@@ -11,17 +11,24 @@ future. The rule, over (source key, event time) and nothing else:
 * **Watermarks.** Each voter's watermark is its newest stamp (its latest, when it stepped back by
   more than the tolerance: a clock stepped back is that source's time again).
 * **The clock.** A voter is live when it was heard within the last ``max(32, 4 x voters)``
-  arrivals (arrival order is the one witness every source shares; on the live path the wall clock
-  moves the cell clock too). With three live voters or more, the candidate is the newest live
-  watermark no more than ``tolerance`` past their (lower) median: a source far ahead of the others
-  is outvoted, a quiet or lagging one only drops out. With one or two live voters there is no
-  majority to ask and the candidate is the newest watermark (tiny captures keep their time). The
-  cell clock is never moved back and never past the newest watermark.
+  arrivals (arrival order is the one witness every source shares). One node's sources share one
+  clock, so they are one *clock domain* (the node; a global source is a domain of its own), whose
+  mark is the newest of its live watermarks. With three live domains or more, the candidate is the
+  newest domain's mark if the second newest is within half the tolerance of it, else the second
+  newest's: a domain ahead of every other one is alone and outvoted (the one it leads is
+  corroborated by it), a quiet, lagging or dead one merely does not lead, and a gap the whole cell
+  crosses is followed at its second witness. With one or two live domains there is no majority to
+  ask and the candidate is the newest mark (tiny captures keep their time; a two-node capture is
+  protected only while a third domain, the scheduler or a trainer, is live). On the live path the
+  wall clock moves the cell clock too, and bounds it: no vote takes it more than ``tolerance`` past
+  the wall time it was last advanced to. The cell clock is never moved back.
 * **The screen.** An event stamped more than ``tolerance`` ahead of or behind the cell clock is
   *screened*: it is still judged, as evidence, but placed at the cell clock (the time it arrived
   at, in the cell's time), so its heartbeats and samples are judged against its own sequence and
   never time out another source. The skew is noted on its source (``skew_s``, ``screened``) and
-  counted for the cell.
+  counted for the cell. A heartbeat stamped ahead of the cell clock (within the tolerance) counts
+  from the cell clock too (:mod:`correlators.rules.liveness`): a node whose clock leads is judged
+  silent no later than one in step.
 
 The candidate is recomputed every ``max(1, voters // 16)`` arrivals (a fleet of hundreds of
 sources would otherwise sort them on every line). Everything here is plain data in
@@ -41,6 +48,7 @@ __all__ = ["CellClock", "SourceMark", "source_key"]
 MIN_LIVE = 32  # arrivals a voter stays live without a word, at least...
 LIVE_PER_VOTER = 4  # ...or this many per voter known
 RECOMPUTE_PER = 16  # the candidate is recomputed every voters // this arrivals
+LEAD = 0.5  # the newest domain sets the clock only this share of the tolerance ahead of the next one
 QUORUM = 3  # live clock domains needed before a lone newest one is outvoted
 
 
@@ -66,6 +74,7 @@ class CellClock:
     sources: dict[str, SourceMark] = field(default_factory=dict)
     arrivals: int = 0
     candidate: Instant | None = None
+    wall: Instant | None = None  # the live path: the newest wall-clock time the cell was advanced to
     screened: int = 0  # lines screened in this cell
     worst_skew_s: float = 0.0  # the largest skew screened (signed, by magnitude)
 
@@ -85,6 +94,8 @@ class CellClock:
                     src.mark = ts
                 src.heard = self.arrivals
         now = self._candidate(ts, tol)
+        if self.wall is not None and now is not None and now > self.wall + tol:
+            now = self.wall + tol  # live: no stamp moves the clock far past the time it arrived at
         if clock is not None and now is not None and now < clock:
             now = clock
         if now is None:
@@ -100,6 +111,11 @@ class CellClock:
             mark.screened += 1
             mark.skew_s = skew
         return now, now
+
+    def tick(self, wall: datetime) -> None:
+        """The live path advanced the cell to the wall clock's ``wall``: the bound on what a stamp can move."""
+        if self.wall is None or wall > self.wall:
+            self.wall = wall
 
     def _candidate(self, ts: datetime, tol: timedelta) -> datetime | None:
         n = len(self.sources)
@@ -121,6 +137,6 @@ class CellClock:
         if not newest:
             return None
         top = sorted(newest.values(), reverse=True)
-        if len(top) < QUORUM or top[0] - top[1] <= tol:
+        if len(top) < QUORUM or top[0] - top[1] <= tol * LEAD:
             return top[0]
         return top[1]  # the newest is alone that far ahead: the second newest is corroborated by it
