@@ -55,6 +55,13 @@ Pipeline metrics (``stage`` is one of :data:`STAGES`)
     Event time (Unix seconds) of the newest record a stage processed: its watermark. The
     correlator sets it per event; ``time() - faultline_stage_event_timestamp_seconds`` is how far it
     lags the world.
+``faultline_clock_screened_lines`` — :data:`CLOCK_SCREENED`
+    Lines the correlator's cells screened because their stamps disagreed with the cell's clock by more
+    than ``timing.clock_skew_tolerance_s`` (``correlators/clock.py``): judged at the cell clock, moving
+    nothing. Set with the gauges above, summed over the cells held; any rise is a source whose clock is
+    wrong (each source's last skew is in the cell's state, ``sources``).
+``faultline_clock_worst_skew_seconds`` — :data:`CLOCK_WORST_SKEW`
+    The largest skew screened in any cell held (signed: ahead positive).
 
 Metrics the node agent exports (names only: :data:`AGENT_METRICS`)
 ------------------------------------------------------------------
@@ -106,7 +113,7 @@ __all__ = [
     "COMMANDS_ISSUED",
     "COMMAND_OUTCOMES",
     "CONSUMER_LAG",
-    "BLAST_RADIUS_HELD", "DEAD_LETTERS",
+    "BLAST_RADIUS_HELD", "CLOCK_SCREENED", "CLOCK_WORST_SKEW", "DEAD_LETTERS",
     "DETECTION_TO_COMMAND",
     "EVENT_TIME",
     "GPU_SERIES_LABELS",
@@ -176,6 +183,10 @@ EVENT_TIME = Gauge(
     "faultline_stage_event_timestamp_seconds", "Event time (Unix seconds) of the newest record a stage processed.",
     ["stage"],
 )
+CLOCK_SCREENED = Gauge(
+    "faultline_clock_screened_lines", "Lines screened for a clock that disagreed with the cell's, over the cells held.")
+CLOCK_WORST_SKEW = Gauge(
+    "faultline_clock_worst_skew_seconds", "The largest skew (s, ahead positive) screened in any cell held.")
 
 _open_labels: set[tuple[str, str]] = set()
 _lag_labels: dict[str, set[tuple[str, str]]] = {}

@@ -56,15 +56,22 @@ class LiveClock:
 
 
 def set_gauges(held: WorkerState) -> None:
-    """Open incidents by category and severity over every cell held; the newest event time."""
+    """Open incidents by category and severity over every cell held; the newest event time; the lines
+    screened for a wrong clock (correlators/clock.py) and the worst skew."""
     counts: dict[tuple[str, str], int] = {}
     newest: datetime | None = None
+    screened, worst = 0, 0.0
     for engine in held.engines():
+        screened += engine.state.sources.screened
+        if abs(engine.state.sources.worst_skew_s) > abs(worst):
+            worst = engine.state.sources.worst_skew_s
         for inc in engine.incidents.values():
             if inc.state not in ("resolved", "closed"):
                 counts[(inc.category, inc.severity)] = counts.get((inc.category, inc.severity), 0) + 1
         if engine.clock is not None and (newest is None or engine.clock > newest):
             newest = engine.clock
     m.set_incidents_open(counts)
+    m.CLOCK_SCREENED.set(screened)
+    m.CLOCK_WORST_SKEW.set(worst)
     if newest is not None:
         m.EVENT_TIME.labels("correlator").set(newest.timestamp())

@@ -17,10 +17,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scenario_book import fleet
 
+from common import metrics as m
 from correlators.clock import CellClock, source_key
 from correlators.engine import Correlator
 from correlators.policy import load_policy
 from correlators.state import STATE, EngineState
+from correlators.worker.live import set_gauges
 from faultline.outcome import decide_offline
 from producers.capture.screen import Accepted, CaptureScreen
 from streams.decisions import Incident
@@ -247,6 +249,13 @@ def test_one_heartbeat_thirty_days_ahead_among_two_hundred_nodes() -> None:
     decided = [d for e in events for d in engine.process(e)]
     assert decided == []
     assert engine.state.sources.screened == 1 and engine.state.sources.worst_skew_s > 29 * 86400
+
+    class Held:  # the worker's cells (correlators.partitions.WorkerState), as set_gauges reads them
+        def engines(self) -> Iterable[Correlator]:
+            return [engine]
+
+    set_gauges(Held())  # type: ignore[arg-type]
+    assert m.CLOCK_SCREENED._value.get() == 1 and m.CLOCK_WORST_SKEW._value.get() > 29 * 86400
 
 
 # --- the public case ------------------------------------------------------------------------------------
