@@ -4,7 +4,8 @@ Pure logic, no I/O: the Faust agent, ``faultline replay`` and the tests all
 drive the same :class:`Correlator`. Time is event time: the clock only moves
 with the observations, and timers (debounce, settle, silence, hang, staleness)
 fire as it passes them, so a three-day capture replays in seconds and gives the
-same answer every run.
+same answer every run. Which time: the sources vote it (:mod:`correlators.clock`), so one node whose
+clock is wrong moves nothing; its lines are judged at the cell's clock instead.
 
 How it is put together. Everything the engine remembers is one
 :class:`~correlators.state.EngineState` -- plain typed data, which is exactly
