@@ -11,7 +11,12 @@ future. The rule, over (source key, event time) and nothing else:
 * **Watermarks.** Each voter's watermark is its newest stamp (its latest, when it stepped back by
   more than the tolerance: a clock stepped back is that source's time again).
 * **The clock.** A voter is live when it was heard within the last ``max(32, 4 x voters)``
-  arrivals (arrival order is the one witness every source shares). One node's sources share one
+  arrivals (arrival order is the one witness every source shares) and its watermark is no more
+  than the tolerance behind the cell clock (a quiet source, a scheduler between jobs, a job
+  stepping every ten minutes, cannot say whether the time between its lines passed). Only while a
+  periodic source is live (node agents' heartbeats, NVML samples: :data:`PERIODIC`) is there a
+  vote; a capture without any (a scheduler and trainers only) keeps the newest stamp as its clock
+  (no silence is timed there, and its sparse sources cannot tell a gap from a skew). One node's sources share one
   clock, so they are one *clock domain* (the node; a global source is a domain of its own), whose
   mark is the newest of its live watermarks. With three live domains or more, the candidate is the
   newest domain's mark if the second newest is within half the tolerance of it, else the second
@@ -49,6 +54,7 @@ MIN_LIVE = 32  # arrivals a voter stays live without a word, at least...
 LIVE_PER_VOTER = 4  # ...or this many per voter known
 RECOMPUTE_PER = 16  # the candidate is recomputed every voters // this arrivals
 LEAD = 0.5  # the newest domain sets the clock only this share of the tolerance ahead of the next one
+PERIODIC = frozenset({"node_agent", "nvml"})  # sources that speak on a cadence of their own, whatever happens
 QUORUM = 3  # live clock domains needed before a lone newest one is outvoted
 
 
@@ -93,7 +99,7 @@ class CellClock:
                 if ts > src.mark or src.mark - ts > tol:
                     src.mark = ts
                 src.heard = self.arrivals
-        now = self._candidate(ts, tol)
+        now = self._candidate(ts, clock, tol)
         if self.wall is not None and now is not None and now > self.wall + tol:
             now = self.wall + tol  # live: no stamp moves the clock far past the time it arrived at
         if clock is not None and now is not None and now < clock:
@@ -117,23 +123,29 @@ class CellClock:
         if self.wall is None or wall > self.wall:
             self.wall = wall
 
-    def _candidate(self, ts: datetime, tol: timedelta) -> datetime | None:
+    def _candidate(self, ts: datetime, clock: datetime | None, tol: timedelta) -> datetime | None:
         n = len(self.sources)
         if n == 0:
             return ts  # nobody may vote: the lines' own time (as a capture of unknown nodes has)
         every = max(1, n // RECOMPUTE_PER)
         if self.candidate is None or self.arrivals % every == 0:
-            self.candidate = self._vote(n, tol)
+            self.candidate = self._vote(n, clock, tol)
         return self.candidate
 
-    def _vote(self, n: int, tol: timedelta) -> datetime | None:
+    def _vote(self, n: int, clock: datetime | None, tol: timedelta) -> datetime | None:
         since = self.arrivals - max(MIN_LIVE, LIVE_PER_VOTER * n)
+        floor = clock - tol if clock is not None else None
         newest: dict[str, datetime] = {}  # clock domain (a node, or a global source) -> its newest live mark
+        steady: dict[str, datetime] = {}  # ...of its periodic sources
         for key, src in self.sources.items():
-            if src.heard > since:
-                dom = key.split("|", 1)[0]
+            if src.heard > since and (floor is None or src.mark >= floor):
+                dom, _, source = key.partition("|")
                 if dom not in newest or src.mark > newest[dom]:
                     newest[dom] = src.mark
+                if source in PERIODIC and (dom not in steady or src.mark > steady[dom]):
+                    steady[dom] = src.mark
+        if not steady:  # no periodic source: nothing times out on a node's silence here; the newest stamp
+            return max(newest.values()) if newest else None
         if not newest:
             return None
         top = sorted(newest.values(), reverse=True)
