@@ -86,6 +86,27 @@ def test_a_gap_the_whole_cell_crosses_is_followed_at_its_second_witness() -> Non
     assert clock == at(3601) and placed == at(3601)
 
 
+def test_without_a_periodic_source_the_newest_stamp_is_the_clock() -> None:
+    """A scheduler and trainers only (the lemons' histories): hours between lines are a gap, never a skew."""
+    c = CellClock()
+    clock = None
+    for k, t in (("scheduler", 0), ("n1|trainer", 600), ("n2|trainer", 600), ("n1|trainer", 1200),
+                 ("scheduler", 4 * 3600), ("n1|trainer", 4 * 3600 + 600)):
+        clock, placed = c.arrive(k, at(t), clock, TOL)
+        assert clock == placed == at(t)
+
+
+def test_a_quiet_voter_does_not_hold_the_clock_back() -> None:
+    """n3 stops (its node is down): n1 and n2 go on, and the clock with them."""
+    c = CellClock()
+    clock = None
+    for t in range(0, 600, 15):
+        for n in ("n1", "n2", "n3") if t < 120 else ("n1", "n2"):
+            clock, placed = c.arrive(f"{n}|node_agent", at(t), clock, TOL)
+            assert placed == at(t)
+    assert clock == at(585)
+
+
 def test_unknown_sources_do_not_vote() -> None:
     c = CellClock()
     clock, _ = c.arrive("n1|node_agent", at(0), None, TOL)
