@@ -358,15 +358,23 @@ def run_agent(config_path: Path, settings: Settings) -> int:
     """``faultline agent --config FILE``: run until SIGTERM or SIGINT; 0 on a clean stop."""
     config = load_config(config_path)
     config.state_dir.mkdir(parents=True, exist_ok=True)
-    agent = Agent(config, _publisher(config, settings))
-    if config.metrics_port:
-        start_http_server(config.metrics_port, addr=settings.metrics_bind)
+    held: list[Agent] = []
+    asked: list[int] = []
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         log.info("signal %d: stopping", signum)
-        agent.stop.set()
+        asked.append(signum)
+        for a in held:
+            a.stop.set()
 
+    # before the spool is opened (it writes its cursor at once): a SIGTERM while starting stops it cleanly too
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    agent = Agent(config, _publisher(config, settings))
+    held.append(agent)
+    if asked:
+        agent.stop.set()
+    if config.metrics_port:
+        start_http_server(config.metrics_port, addr=settings.metrics_bind)
     agent.run()
     return 0
