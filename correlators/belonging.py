@@ -67,15 +67,12 @@ def fence_owner(state: EngineState, node: str | None, gpus: list[int] | set[int]
     return state.incident(first.incident)
 
 
-def takes_breach(owner: OpenIncident, job: str, run: Job | None) -> bool:
+def takes_breach(owner: OpenIncident, run: Job | None) -> bool:
     """Whether the job-less fence's incident ``owner`` takes ``job``'s failure: True when the scheduler started
     ``run`` on the hardware ``owner`` fenced (a breach) -- the failure there is the fence's cause again, so
-    ``owner`` becomes the job's incident (its restart leaves the hardware out) rather than a second incident
-    for what is already fenced."""
-    if owner.job is not None or run is None or run.breach != owner.id:
-        return False
-    owner.job = job
-    return True
+    ``owner`` becomes the job's incident (its restart leaves the hardware out; the caller gives it the job)
+    rather than a second incident for what is already fenced."""
+    return owner.job is None and run is not None and run.breach == owner.id
 
 
 def note_repeat(owner: OpenIncident, what: str) -> bool:
@@ -90,8 +87,8 @@ def note_repeat(owner: OpenIncident, what: str) -> bool:
 
 def explained_by(incidents: list[OpenIncident], category: str, node: str | None, ts: datetime,
                  lookback_s: float) -> OpenIncident | None:
-    """The job's hardware incident that explains a failure of ``category`` (on ``node``, if known) at
-    ``ts``: one of the job's incidents with a hardware root cause, not finished, whose first evidence -- or
+    """The hardware incident that explains a failure of ``category`` (on ``node``, if known) at ``ts``: one of
+    ``incidents`` (the job's own, then the job-less ones of its nodes) with a hardware root cause, not finished, whose first evidence -- or
     that of a second hardware root cause it carries -- is within ``lookback_s`` of ``ts`` (either order: the
     consequence is often logged first), and, when the failure names a node, blaming that node (or the whole
     job's hardware, for a node-less failure)."""

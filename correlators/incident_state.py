@@ -31,6 +31,7 @@ class OtherFault:
     reason: str = ""
     ts: Instant | None = None
     id: str = ""  # its own incident's public id (correlators.root_causes): one incident per job and root cause
+    fenced_by: str = ""  # ...or the incident whose fence already held this hardware for this cause: that one is its
 
 
 @dataclass

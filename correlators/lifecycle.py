@@ -30,12 +30,13 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from correlators.belonging import explained_by, fence_owner, note_repeat, takes_breach
-from correlators.findings import HARDWARE_CATEGORIES, PRIORITY, Finding, covered_by, covers
-from correlators.incident_state import OpenIncident, OtherFault, stable_id
+from correlators.culprits import add_other, join_hardware
+from correlators.findings import HARDWARE_CATEGORIES, PRIORITY, Finding
+from correlators.incident_state import OpenIncident, stable_id
 from correlators.pinned import PINNED, pinned_node, pinned_text
 from correlators.planner import Planner
 from correlators.restart_gate import GateJudge, waiting_text
-from correlators.root_causes import fault_id, second_incidents
+from correlators.root_causes import second_incidents
 from correlators.rules.base import RuleContext
 
 __all__ = ["ACTIVE", "DONE", "IncidentLifecycle", "VersionWatcher"]
@@ -101,7 +102,8 @@ class IncidentLifecycle:
         for inc_id in (f.belongs_to, j.breach if j is not None else None):
             inc = s.incident(inc_id) if inc_id else None
             breach = j is not None and inc_id == j.breach  # a fence's incident carries the run, even closed
-            if inc is not None and (inc.state != "closed" or breach) and (inc.job == job or takes_breach(inc, job, j)):
+            if inc is not None and (inc.state != "closed" or breach) and (inc.job == job or takes_breach(inc, j)):
+                inc.job = job  # a job-less fence's incident takes the run it breached
                 return inc
         held = s.failure_of(job)  # waiting for a person, and the job has not run again since: the same failure
         if held is not None and held.state == "escalated" and j is not None and held.run == j.starts:
@@ -116,14 +118,14 @@ class IncidentLifecycle:
         inc.add_evidence(f.evidence)
         s.failure[inc.job or ""] = inc.ref
         if inc.state == "escalated":  # a person decides the restart; new broken hardware is fenced all the same
-            if f.category in HARDWARE_CATEGORIES and any(self._hardware(inc, f)):
+            if f.category in HARDWARE_CATEGORIES and any(join_hardware(self.state, self.p, inc, f)):
                 self.emit(inc, now)
                 self.immediate(inc, now)
                 self.out.extend(self.plan.notify(inc, now, f"{f.reason}: fenced too; the incident still waits "
                                                            "for a person before any restart", "page"))
             return inc
         if f.category in HARDWARE_CATEGORIES:
-            self._hardware(inc, f)
+            join_hardware(self.state, self.p, inc, f)
         self.queue.cancel("verify", (inc.id,))
         self._new_round(inc, f.ts, now, f"failed again: {f.reason}")
         self.immediate(inc, now)
@@ -145,7 +147,7 @@ class IncidentLifecycle:
             self.gate.earlier(inc, f.ts)
         if PRIORITY[f.category] > PRIORITY[inc.category]:
             self._extend_settle(inc)
-        new_hardware, taken = self._hardware(inc, f) if f.category in HARDWARE_CATEGORIES else (False, False)
+        new_hardware, taken = join_hardware(self.state, self.p, inc, f) if f.category in HARDWARE_CATEGORIES else (False, False)
         if PRIORITY[f.category] > PRIORITY[inc.category] and not taken:  # a cause of no hardware of its own
             inc.category, inc.more = f.category, {}
             inc.node, inc.gpus = f.node, set(f.gpus)
@@ -167,49 +169,6 @@ class IncidentLifecycle:
             self.immediate(inc, now)
             if told:  # fenced after the restart that avoids it: say so (no second restart needed)
                 self.out.extend(self.plan.notify(inc, now, told, inc.severity))
-
-    def _hardware(self, inc: OpenIncident, f: Finding) -> tuple[bool, bool]:
-        """Hardware evidence ``f`` joins ``inc``: (new hardware to fence, whether ``f`` took the incident over).
-
-        A stronger cause takes the incident over (the previous culprit, when it is other hardware, stays
-        a culprit of its own cause); the same cause adds culprit hardware; a weaker cause on hardware
-        the incident does not blame yet is a second culprit of its own cause."""
-        if PRIORITY[f.category] > PRIORITY[inc.category]:
-            if inc.category in HARDWARE_CATEGORIES and inc.node is not None:
-                for node, gpus in inc.hardware():
-                    if not covers(f, node, gpus):
-                        self._other(inc, inc.category, node, gpus, inc.summary, inc.opened_at)
-            inc.category, inc.node, inc.gpus, inc.more = f.category, f.node, set(f.gpus), {}
-            inc.severity, inc.summary = self.p.rule(f.category).severity, f.reason
-            return not self._fenced(f), True
-        if f.category == inc.category:
-            return inc.blame(f.node, set(f.gpus)), False
-        if f.node is None or any(covered_by(node, gpus, f) for node, gpus in inc.hardware()):
-            return False, False  # the same hardware, already blamed for a stronger cause
-        return self._other(inc, f.category, f.node, set(f.gpus), f.reason, f.ts), False
-
-    def _other(self, inc: OpenIncident, category: str, node: str, gpus: set[int], reason: str,
-               ts: datetime | None) -> bool:
-        """Record a second culprit of ``category``; True when its hardware is new to the incident."""
-        o = inc.other(category, node)
-        if o is None:
-            o = OtherFault(category, node, set(gpus), reason, ts)
-            o.id = fault_id(inc, o)  # its own incident (root_causes): one per job and root cause
-            inc.others.append(o)
-            also = f"also {reason} ({category}, incident {o.id})" if inc.job else reason
-            inc.summary = f"{inc.summary}; {also}" if inc.summary else also
-            return True
-        if gpus <= o.gpus:
-            return False
-        o.gpus |= gpus
-        return True
-
-    def _fenced(self, f: Finding) -> bool:
-        """Is the hardware of ``f`` out of service already (its node cordoned, or every GPU quarantined)?"""
-        ledger = self.state.ledger
-        if f.node is None or ledger.is_fenced(f.node):
-            return f.node is not None
-        return bool(f.gpus) and all(ledger.is_fenced(f.node, g) for g in f.gpus)
 
     def _extend_settle(self, inc: OpenIncident) -> None:
         clock = self.state.clock
@@ -262,7 +221,7 @@ class IncidentLifecycle:
         for n, g in inc.more.items():
             prev.blame(n, g)
         for o in inc.others:
-            self._other(prev, o.category, o.node, o.gpus, o.reason, o.ts)
+            add_other(self.state, prev, o.category, o.node, o.gpus, o.reason, o.ts)
         prev.reports = inc.reports
         prev.settle_deadline = inc.settle_deadline
         self.gate.hand_over(inc, prev)  # the round of the new failure, with what was heard since it
@@ -289,7 +248,7 @@ class IncidentLifecycle:
             if note_repeat(owner, reason):
                 self.emit(owner, at)
             return owner
-        cause = explained_by(self.open_for_job(job), category, node or node_hint, ts,
+        cause = explained_by(self.causes_for_job(job), category, node or node_hint, ts,
                              self.p.timing.hardware_lookback_s) if job is not None else None
         if cause is not None:  # a consequence of the job's hardware root cause: its evidence, not a cause
             cause.add_evidence(evidence)
@@ -395,3 +354,13 @@ class IncidentLifecycle:
         live = [i for i in self.state.history(job) if i.state not in FINISHED]
         held = self.state.failure_of(job)
         return live + ([held] if held is not None and held.held else [])
+
+    def causes_for_job(self, job: str) -> list[OpenIncident]:
+        """What may explain a consequence in ``job`` (:func:`~correlators.belonging.explained_by`): the job's
+        incidents not finished, then the job-less hardware incidents of its nodes (a node whose agent fell
+        silent is known as the node's before the job's own incident names it)."""
+        s = self.state
+        j = s.topology.jobs.get(job)
+        nodes = [] if j is None else j.nodes
+        own = [s.incidents[ref] for n in nodes for ref in s.node_conditions.get(n, {}).values()]
+        return self.open_for_job(job) + [i for i in own if i.job is None and i.state != "closed"]

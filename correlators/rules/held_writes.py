@@ -8,8 +8,10 @@ would page the storage team for a storage system that was fine. So a write that 
 its own storage (space, quota, a read-only or forbidden path: :func:`own_storage`) is held: the
 ``hold_write`` timer looks again every ``CHECK_S`` and
 
-* folds it into the job's hardware incident once there is one within ``hardware_lookback_s`` of it (the
-  lifecycle's :func:`~correlators.belonging.explained_by`, which it asks through ``condition``);
+* folds it into the job's hardware incident once there is one within ``hardware_lookback_s`` of it, or
+  into the job-less one of a node of the job (its agent fell silent before the job's incident named it:
+  the lifecycle's ``causes_for_job`` and :func:`~correlators.belonging.explained_by`, asked through
+  ``condition``);
 * publishes it as a ``checkpoint_failure`` once ``gate.late_line_s`` has passed (a late kernel line has
   had its chance) and every node of the job has vouched for itself since the write failed (a heartbeat
   after it, not silent) or has no verdict on its way (no silence or judge timer armed: nothing will
@@ -89,7 +91,7 @@ class HeldWrites:
             self.queue.arm_after("hold_write", (job,), due, CHECK_S)
 
     def _explained(self, job: str, f: Finding) -> bool:
-        return explained_by(self.life.open_for_job(job), f.category, None, f.ts,
+        return explained_by(self.life.causes_for_job(job), f.category, None, f.ts,
                             self.p.timing.hardware_lookback_s) is not None
 
     def _waiting(self, job: str, since: datetime) -> bool:

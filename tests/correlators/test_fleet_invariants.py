@@ -47,13 +47,9 @@ SOAK = settings(settings.get_profile("fleet-soak"))
 FAILING_EXAMPLES = 200  # a failing invariant's own run once its fix lands (the wide net is HOLDING's)
 
 # Today's standing: the invariants every fleet keeps, and those the engine breaks (class of issue #25, why).
-HOLDING: tuple[str, ...] = ("size", "same", "world", "hang", "tickets", "fenced_first", "ended", "gate", "checkpoint")
-FAILING: dict[str, tuple[int | str, str]] = {
-    "explained": (2, "a job's held OOM incident, refined when the job is started again on a GPU a job-less incident "
-                     "fenced, becomes a second incident for that fenced GPU"),
-    "consequence": (5, "a write that failed as its node's agent fell silent (a job-less node incident first, the "
-                       "job's own 108 s later) is still published as checkpoint_failure"),
-}
+HOLDING: tuple[str, ...] = ("size", "same", "world", "hang", "tickets", "fenced_first", "ended", "gate", "checkpoint",
+                           "explained", "consequence")
+FAILING: dict[str, tuple[int | str, str]] = {}
 
 
 def violations(plan: FleetPlan, which: tuple[str, ...]) -> list[str]:
@@ -233,7 +229,6 @@ def test_a_restart_asks_for_a_world_the_launcher_can_form(plan: FleetPlan) -> No
     _keeps(plan, "world")
 
 
-@_failing("explained")
 @FAILING_RUN
 @given(fleets(max_nodes=16))
 # an OOM fails job0; idle, GPU 0 logs XID 48 and 79 (a job-less incident fences it); the scheduler starts job0 on
@@ -256,7 +251,6 @@ def test_no_incident_for_what_a_fence_already_explains(plan: FleetPlan) -> None:
     _keeps(plan, "explained")
 
 
-@_failing("consequence")
 @FAILING_RUN
 @given(fleets(max_nodes=16))
 # n01's agent falls silent mid-write (a job-less node_hardware_fault opens for it) and its memory SEL follows; the
