@@ -174,8 +174,10 @@ def _newest(w: Watch, job: str, cmd: Command, inc: Incident, ex_nodes: set[str])
     bad_load = {r.loaded for r in w.runs.get(job, []) if r.load_error and r.loaded is not None}
     local = POLICY.checkpoints.node_local_prefixes
     known: list[int] = []
+    failed = w.failed.get(job, {})  # step -> its newest failed write: a save after it stands, one before it does not
     for step, path, at in w.saved.get(job, []):
-        if not (at <= f_at or (runs and at >= min(runs))) or step in w.failed.get(job, set()) or step in bad_load:
+        if not (at <= f_at or (runs and at >= min(runs))) or step in failed and failed[step] >= at \
+                or step in bad_load:
             continue
         node = w.writer.get((job, step))
         if path and any(path.startswith(p) for p in local) and node and (node in ex_nodes or node in w.fenced_nodes):
@@ -183,7 +185,7 @@ def _newest(w: Watch, job: str, cmd: Command, inc: Incident, ex_nodes: set[str])
         known.append(step)
     # a loaded checkpoint is a restart point like a save (#25 class 7), under the same node-local rule
     known += [s for s, path, node, at in w.loaded.get(job, []) if at <= f_at and s not in bad_load
-              and s not in w.failed.get(job, set())
+              and not (s in failed and failed[s] >= at)
               and not (path and any(path.startswith(p) for p in local) and node
                        and (node in ex_nodes or node in w.fenced_nodes))]
     if not known:

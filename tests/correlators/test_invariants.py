@@ -347,7 +347,7 @@ class _Oracle:
     saved: dict[str, list[tuple[int, str | None, datetime]]] = field(default_factory=dict)
     # job -> (step, path, when, the run that loaded it): a checkpoint a run loaded is a restart point (#25 class 7)
     loads: dict[str, list[tuple[int, str | None, datetime, _Run]]] = field(default_factory=dict)
-    failed: dict[str, set[int]] = field(default_factory=dict)
+    failed: dict[str, dict[int, datetime]] = field(default_factory=dict)  # job -> step -> its newest failed write
     runs: dict[str, list[_Run]] = field(default_factory=dict)
     fenced_gpus: set[tuple[str, str]] = field(default_factory=set)
     fenced_nodes: set[str] = field(default_factory=set)
@@ -404,7 +404,7 @@ class _Oracle:
                 self.saved.setdefault(job, []).append((b.step, b.path, e.ts))
                 run.saves.append(b.step)
             elif isinstance(b, ev.CheckpointFailed) and b.step is not None:
-                self.failed.setdefault(job, set()).add(b.step)
+                self.failed.setdefault(job, {})[b.step] = e.ts
             elif isinstance(b, ev.WorkerExit) and b.error and "state_dict" in b.error and not run.stepped:
                 run.load_error = True
 
@@ -492,7 +492,8 @@ def _checkpoint_violations(o: _Oracle, job: str, step: int, path: str | None, f_
         return [f"restart of {job} from step {step}, saved after the failure began"]
     saved_at = max(before)  # the same path saved again (a later lineage) is the later file
     bad = []
-    if step in o.failed.get(job, set()):
+    failed_at = o.failed.get(job, {}).get(step)
+    if failed_at is not None and failed_at >= saved_at:  # (a save of the step after its failed write stands)
         bad.append(f"restart of {job} from step {step}, whose write failed")
     for run in o.runs.get(job, []):
         if run.start <= saved_at:
