@@ -49,6 +49,7 @@ def register(add: Add) -> None:
              "faultline bench --json")
     be.add_argument("--json", action="store_true", help="print the summary as one JSON object (last line)")
     be.add_argument("--quick", action="store_true", help="seconds, small load (what CI runs)")
+    be.add_argument("--only", choices=["storm"], help="run this section alone (the 16,384-GPU cell's storm)")
     be.set_defaults(run=_bench)
 
 
@@ -155,6 +156,6 @@ def _acls(args: argparse.Namespace, settings: Settings) -> int:
 def _bench(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.bench.runner import run_bench
 
-    result = run_bench(settings, quick=args.quick)
+    result = run_bench(settings, quick=args.quick, only=args.only)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0
