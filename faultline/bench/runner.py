@@ -300,33 +300,46 @@ def agent_cpu_pct(seconds: float) -> dict[str, Any]:
             "agent_seconds": round(t1 - t0, 1)}
 
 
-def run_bench(settings: Settings, quick: bool = False) -> dict[str, Any]:
+SECTIONS = ("storm",)  # what ``faultline bench --only`` can run alone
+
+
+def run_bench(settings: Settings, quick: bool = False, only: str | None = None) -> dict[str, Any]:
+    """Every section (or ``only`` the one named in :data:`SECTIONS`) and its figures."""
+    if only is not None and only not in SECTIONS:
+        raise ValueError(f"no bench section {only!r}: one of {', '.join(SECTIONS)}")
     sizes = Sizes(quick)
     started = time.monotonic()
-    _say(f"{'quick' if quick else 'full'} run; starting the broker")
+    _say(f"{'quick' if quick else 'full'} run{f' of the {only} alone' if only else ''}; starting the broker")
     bench = Bench(settings, sizes)
     out: dict[str, Any] = {"machine": _machine(), "quick": quick, "started_at": datetime.now(UTC).isoformat()}
     try:
-        _say("1/6 detection to command under background telemetry")
-        out["detect_to_command_ms"] = bench.detect_to_command()
-        _say("2/6 the correlator: throughput vs a bare consumer, then a 16,384-GPU cell's storm and takeover")
-        events = _fleet_events(sizes.fleet_nodes, sizes.fleet_seconds)
-        tp = bench.throughputs(events, sizes.throughput_runs)
-        out.update({k: v for k, v in tp.items() if k != "namespace"})
-        out["storm"] = storm(settings, bench.bootstrap, bench.conf, bench.namespace("storm"), sizes.storm)
-        _say("3/6 archive through the sink vs a bare insert")
-        out.update(bench.archive(tp["namespace"], events + [end_marker(0, events[-1].ts)]))
-        _say("4/6 replay")
-        out.update(bench.replay())
-        _say("5/6 node agent CPU")
-        out.update(agent_cpu_pct(sizes.agent_seconds))
-        _say("6/6 goodput from the engine's own decisions")
-        out["goodput"] = compare(runs=sizes.goodput_runs)
+        if only == "storm":
+            out["storm"] = storm(settings, bench.bootstrap, bench.conf, bench.namespace("storm"), sizes.storm)
+        else:
+            _every_section(bench, settings, sizes, out)
     finally:
         bench.close()
     out["seconds"] = round(time.monotonic() - started, 1)
     out["machine"]["load_average_after"] = _load()
     return out
+
+
+def _every_section(bench: Bench, settings: Settings, sizes: Sizes, out: dict[str, Any]) -> None:
+    _say("1/6 detection to command under background telemetry")
+    out["detect_to_command_ms"] = bench.detect_to_command()
+    _say("2/6 the correlator: throughput vs a bare consumer, then a 16,384-GPU cell's storm and takeover")
+    events = _fleet_events(sizes.fleet_nodes, sizes.fleet_seconds)
+    tp = bench.throughputs(events, sizes.throughput_runs)
+    out.update({k: v for k, v in tp.items() if k != "namespace"})
+    out["storm"] = storm(settings, bench.bootstrap, bench.conf, bench.namespace("storm"), sizes.storm)
+    _say("3/6 archive through the sink vs a bare insert")
+    out.update(bench.archive(tp["namespace"], events + [end_marker(0, events[-1].ts)]))
+    _say("4/6 replay")
+    out.update(bench.replay())
+    _say("5/6 node agent CPU")
+    out.update(agent_cpu_pct(sizes.agent_seconds))
+    _say("6/6 goodput from the engine's own decisions")
+    out["goodput"] = compare(runs=sizes.goodput_runs)
 
 
 def _load() -> list[float]:

@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -49,7 +50,7 @@ from streams.cells import cell_key
 from streams.decisions import Command
 from streams.topics import correlator_app_id, topic_name
 
-__all__ = ["StormSizes", "storm"]
+__all__ = ["StormSizes", "storm", "storm_settings"]
 
 
 class StormSizes:
@@ -168,12 +169,25 @@ def _wall(mono: float, mono0: float, wall0: datetime) -> datetime:
     return wall0 + timedelta(seconds=mono - mono0)
 
 
-def storm(settings: Settings, bootstrap: str, conf: dict[str, Any], ns: str, sizes: StormSizes) -> dict[str, Any]:
-    """The cell's steady load, its storm and XIDs through one live worker; then its memory and a takeover."""
+def storm_settings(settings: Settings) -> Settings:
+    """What the storm's workers run with: the live clock, snapshots as a cell's worker takes them."""
+    return settings.model_copy(update={"live_clock": True, "snapshot_every_events": 50_000,
+                                       "snapshot_every_s": 10.0})
+
+
+def storm(settings: Settings, bootstrap: str, conf: dict[str, Any], ns: str, sizes: StormSizes,
+          pool: list[CorrelatorWorker] | None = None,
+          start: Callable[[float], tuple[float, datetime]] | None = None) -> dict[str, Any]:
+    """The cell's steady load, its storm and XIDs through one live worker; then its memory and a takeover.
+
+    With ``pool`` (the namespace's workers, started with :func:`storm_settings` by the caller, who stops
+    them) the load goes to them and there is no takeover; ``start``, given the lead this cell needs to make
+    its records, says when its load starts (monotonic and wall time): how several cells start together.
+    """
     cell = Cell(nodes=sizes.nodes, spare_nodes=sizes.spares)
-    settings = settings.model_copy(update={"live_clock": True, "snapshot_every_events": 50_000,
-                                           "snapshot_every_s": 10.0})
-    worker = CorrelatorWorker(settings, bootstrap, ns)
+    settings = storm_settings(settings)
+    workers = pool or [CorrelatorWorker(settings, bootstrap, ns)]
+    worker = workers[0]
     cmds = _Commands(conf, topic_name(ns, "commands"))
     cmds.start()
     send = _Sender(conf, ns)
@@ -186,7 +200,10 @@ def storm(settings: Settings, bootstrap: str, conf: dict[str, Any], ns: str, siz
         # finds the CPU to make it (about 0.1 s per second of the cell's load, and a second for the storm).
         span = sizes.warm_s + 0.5 * sizes.steady_xids + 2 + sizes.watchdog_after_s + sizes.storm_s + sizes.tail_s
         lead = 3.0 + 0.25 * span * cell.nodes / 2048
-        mono0, wall0 = time.monotonic() + lead, datetime.now(UTC) + timedelta(seconds=lead)
+        if start:
+            mono0, wall0 = start(lead)
+        else:
+            mono0, wall0 = time.monotonic() + lead, datetime.now(UTC) + timedelta(seconds=lead)
         for r in cell.start(wall0):
             send.plan(mono0, r)
         resumed = 1_200_000
@@ -245,13 +262,18 @@ def storm(settings: Settings, bootstrap: str, conf: dict[str, Any], ns: str, siz
              f"{storm_events:,} events: p99 {out['storm_detect_to_command_ms'].get('p99')} ms, backlog drained "
              f"{out['storm_backlog_drained_after_s']} s after it")
         out.update(_restart(cell, send, cmds, sizes, (bad_node, bad_gpu), _wall(t_fault, mono0, wall0), saved_step))
-        out["worker_rss_mib"] = _rss_mib(worker.proc.pid)
-        out.update(_takeover(settings, bootstrap, conf, ns, worker, cell, send, cmds, next(spare)))
+        rss = [_rss_mib(w.proc.pid) for w in workers]
+        out["worker_rss_mib"] = max((r for r in rss if r is not None), default=None)
+        if pool:
+            out["workers_rss_mib"] = rss
+        else:
+            out.update(_takeover(settings, bootstrap, conf, ns, worker, cell, send, cmds, next(spare)))
         out["largest_record_bytes"] = _largest(conf, ns)
         _say(f"largest records published: {out['largest_record_bytes']}")
     finally:
         cmds.stop.set()
-        worker.stop()
+        if not pool:
+            worker.stop()
     return out
 
 

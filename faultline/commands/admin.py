@@ -49,6 +49,10 @@ def register(add: Add) -> None:
              "faultline bench --json")
     be.add_argument("--json", action="store_true", help="print the summary as one JSON object (last line)")
     be.add_argument("--quick", action="store_true", help="seconds, small load (what CI runs)")
+    be.add_argument("--only", choices=["storm"], help="run this section alone (the 16,384-GPU cell's storm)")
+    be.add_argument("--cells", type=int, metavar="N",
+                    help="instead: N cells at once, a namespace each with two workers, on a 3-broker cluster "
+                         "(FAULTLINE_KAFKA's, or three local nodes), one storm in each at the same moment")
     be.set_defaults(run=_bench)
 
 
@@ -155,6 +159,13 @@ def _acls(args: argparse.Namespace, settings: Settings) -> int:
 def _bench(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.bench.runner import run_bench
 
-    result = run_bench(settings, quick=args.quick)
+    if args.cells is not None:
+        from faultline.bench.two_cells import run_cells
+
+        if args.cells < 1 or args.only:
+            raise UsageError("--cells takes a number of cells (1 or more) and no --only")
+        result = run_cells(settings, quick=args.quick, cells=args.cells)
+    else:
+        result = run_bench(settings, quick=args.quick, only=args.only)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0
