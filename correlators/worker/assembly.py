@@ -28,7 +28,7 @@ from correlators.rebuild import rebuild
 from correlators.snapshot_topic import (
     SnapshotWriter,
     ensure_snapshot_topic,
-    events_log_start,
+    events_log_range,
     read_latest_snapshot,
     snapshot_topic_name,
 )
@@ -105,7 +105,7 @@ class Worker:
         fingerprint = policy_fingerprint(policy)
         loader = SnapshotLoader(lambda part: read_latest_snapshot(conf, topic, part, app_id),
                                 lambda blob, part: open_snapshot(blob, part, fingerprint, key),
-                                lambda part: events_log_start(conf, events_topic, part, app_id), topic)
+                                lambda part: events_log_range(conf, events_topic, part, app_id), topic)
 
         def capture(state: PartitionState) -> Captured:
             position, cells, body = capture_engines(state)
