@@ -33,6 +33,12 @@ Pipeline metrics (``stage`` is one of :data:`STAGES`)
     :data:`streams.bounds.MAX_RECORD_BYTES` before sending (``reason="over_cap"``), or refused for
     good by the broker (``too_large``, ``invalid``). Each is replaced by a minimal record of the same
     id and dead-lettered; any rise is a bug in a record's bounds (alert ``FaultlineRecordRefused``).
+``faultline_snapshots_refused_total{reason}`` — :data:`SNAPSHOTS_REFUSED`
+    +1 per snapshot a correlator takeover read and did not restore
+    (``correlators.worker.takeover.SnapshotLoader``): ``refused`` (forged, corrupt, another version,
+    policy or partition), ``stale`` (retention deleted the records right after it),
+    ``beyond_log_end`` (it claims a position the events log never reached) or ``unreadable``. The
+    partition is rebuilt from the log start instead: slower, never wrong.
 ``faultline_incidents_open{category, severity}`` — :data:`INCIDENTS_OPEN`
     Incidents whose state is neither ``resolved`` nor ``closed``. Set with
     :func:`set_incidents_open` by the correlator after each event it processed, from its
@@ -116,6 +122,7 @@ __all__ = [
     "RECORDS_IN",
     "RECORDS_OUT",
     "RECORDS_REFUSED",
+    "SNAPSHOTS_REFUSED",
     "STAGES",
     "MetricSpec",
     "observe_detection_to_command",
@@ -155,6 +162,11 @@ RECORDS_REFUSED = Counter(
     "faultline_records_refused",
     "Decisions not published whole (over the record cap, or refused for good by the broker), by why.",
     ["stage", "output", "reason"],
+)
+SNAPSHOTS_REFUSED = Counter(
+    "faultline_snapshots_refused",
+    "Correlator snapshots a takeover would not restore (it rebuilt from the log instead), by why.",
+    ["reason"],
 )
 INCIDENTS_OPEN = Gauge(
     "faultline_incidents_open", "Incidents neither resolved nor closed, by category and severity.",

@@ -1,7 +1,8 @@
 """Configuration, validated at start (environment variables ``FAULTLINE_*`` or a .env file).
 
 Every knob is documented here; secrets are ``SecretStr`` and never printed (the archive URL,
-which may carry a password, is shown masked).
+which may carry a password, is shown masked). Each secret may come from a file instead of the
+environment: ``FAULTLINE_<NAME>_FILE`` names it (Docker secrets, :mod:`common.secret_files`).
 
 Production posture by default: a correlator worker or an executor refuses to start without
 the keys that authenticate what it acts on (:meth:`Settings.require_keys`, called by each
@@ -19,9 +20,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_serializer, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from common.redact import mask_url
+from common.secret_files import SecretFiles, secret_fields
 from streams.cells import DEFAULT_CELL, check_cell
 from streams.signing import SigningKeys
 
@@ -164,6 +166,16 @@ class Settings(BaseSettings):
     schema_registry_password: SecretStr | None = Field(
         None, description="The schema registry user's password; never printed.")
 
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """FAULTLINE_<SECRET>_FILE (common/secret_files.py) after the environment, before .env and secrets_dir."""
+        files = SecretFiles(settings_cls, secret_fields(settings_cls, also=("archive",)), "FAULTLINE_")
+        return init_settings, env_settings, files, dotenv_settings, file_secret_settings
+
     @field_validator("cell")
     @classmethod
     def _cell_name(cls, v: str) -> str:
@@ -281,6 +293,8 @@ class Settings(BaseSettings):
             elif isinstance(value, bool):
                 value = "true" if value else "false"
             env[f"FAULTLINE_{name.upper()}"] = None if value is None else str(value)
+        for name in secret_fields(type(self), also=("archive",)):  # the value travels: no *_FILE beside it
+            env[f"FAULTLINE_{name.upper()}_FILE"] = None
         return env
 
     def kafka_security_env(self) -> dict[str, str | None]:

@@ -94,9 +94,12 @@ class Correlator:
     """One cell's engine: its state (``state``), its rule sets (``rule_sets``) and their dispatch tables."""
 
     def __init__(self, policy: Policy, state: EngineState | None = None,
-                 operators: OperatorTrust | None = None) -> None:
+                 operators: OperatorTrust | None = None, *, replay: bool = True) -> None:
         self.policy = policy
         self.operators = operators if operators is not None else OperatorTrust()  # keys None: development
+        # Whether a capture may end here (end_of_capture): a scratch namespace's engine, or one driven
+        # without a broker (a backtest, a test). A live worker's is not (streams.topics.is_replay_namespace).
+        self.replay = replay
         self.state = state if state is not None else EngineState()
         self._out: list[Decision] = []
         s = self.state
@@ -131,16 +134,19 @@ class Correlator:
 
     def restored(self, state: EngineState) -> Correlator:
         """A new engine under this one's policy holding ``state`` (a snapshot's)."""
-        return Correlator(self.policy, state, self.operators)
+        return Correlator(self.policy, state, self.operators, replay=self.replay)
 
     # --- driving ---------------------------------------------------------------------
     def process(self, event: ev.Event) -> list[Decision]:
         """Apply one event; return the decisions it (and the time it moved past) caused.
 
         An operator action no operator key signed for here is not judged at all (it moves no clock and
-        takes no id: :mod:`correlators.operator_trust`); the worker dead-letters it."""
+        takes no id: :mod:`correlators.operator_trust`), nor is an ``end_of_capture`` outside a replay
+        (:mod:`correlators.capture_end`); the worker dead-letters both."""
         body = event.body
         if isinstance(body, ev.OperatorAction) and self.operators.signed_by(event)[1] is not None:
+            return []
+        if isinstance(body, ev.EndOfCapture) and not self.replay:
             return []
         if not self.state.seen.add(identity(event)):  # source, id and content (streams/event_identity.py)
             return []

@@ -119,7 +119,7 @@ class PartitionState:
         end = False
         for event in events:
             decisions += engine.process(event)
-            end = end or isinstance(event.body, EndOfCapture)
+            end = end or (isinstance(event.body, EndOfCapture) and engine.replay)  # else refused, ends nothing
         self.position = offset
         return Judged(offset, cell, decisions, end)
 

@@ -23,7 +23,7 @@ from common.kafka_admin import ensure_topic, grow_topic
 from common.kafka_reader import TopicReader
 from correlators.snapshots import MAX_SNAPSHOT_BYTES
 
-__all__ = ["SnapshotWriter", "ensure_snapshot_topic", "events_log_start", "read_latest_snapshot",
+__all__ = ["SnapshotWriter", "ensure_snapshot_topic", "events_log_range", "read_latest_snapshot",
            "snapshot_topic_name"]
 
 log = logging.getLogger("faultline.correlator")
@@ -93,7 +93,8 @@ def read_latest_snapshot(conf: dict[str, Any], topic: str, partition: int, group
         raise RuntimeError(f"reading {topic}[{partition}]: no record at offset {high - 1}, its last")
 
 
-def events_log_start(conf: dict[str, Any], topic: str, partition: int, group: str, timeout: float = 30.0) -> int:
-    """The first offset still retained in ``topic[partition]``."""
+def events_log_range(conf: dict[str, Any], topic: str, partition: int, group: str,
+                     timeout: float = 30.0) -> tuple[int, int]:
+    """``topic[partition]``'s watermarks: the first offset still retained, and the next one to be written."""
     with _reader(conf, topic, group, timeout) as reader:
-        return reader.watermarks(partition)[0]
+        return reader.watermarks(partition)

@@ -104,7 +104,16 @@ _LEN = struct.Struct(">I")
 
 
 class SnapshotRefused(ValueError):
-    """A snapshot that must not be installed; the message says why (the caller rebuilds in full)."""
+    """A snapshot that must not be installed; the message says why (the caller rebuilds in full).
+
+    ``kind`` is what the refusal is counted as: ``refused`` (it does not open: forged, corrupt, another
+    version, policy or partition), ``stale`` (retention deleted records right after it) or
+    ``beyond_log_end`` (it claims records the events log has never held).
+    """
+
+    def __init__(self, message: str, kind: str = "refused") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -271,16 +280,23 @@ def restore(state: PartitionState, snap: Snapshot) -> None:
     state.restore({cell: template.restored(s) for cell, s in snap.states.items()}, snap.position)
 
 
-def check_retained(position: int, log_start: int) -> None:
-    """Refuse a snapshot older than what the events partition still holds.
+def check_retained(position: int, log_start: int, log_end: int) -> None:
+    """Refuse a snapshot whose position the events partition cannot bring up to date from.
 
-    The records right after it must still be there to bring it up to date; when retention deleted
-    some (``position < log_start - 1``) it would skip them, so the state is rebuilt from the log
-    start instead, as without a snapshot.
+    ``log_start`` and ``log_end`` are the partition's watermarks (the first offset retained, the next
+    one to be written). The records right after the snapshot must still be there: when retention
+    deleted some (``position < log_start - 1``) it would skip them. And it cannot be of records the
+    log never held (``position >= log_end``): restored, it would make every record up to its position
+    look judged already, and the worker would skip them all -- blind until the log reached it (a
+    position of 10**12: for ever). Even sealed with the real key, such a snapshot is refused and the
+    state rebuilt from the log start instead, as without a snapshot.
     """
+    if position >= log_end:
+        raise SnapshotRefused(f"taken at offset {position}, but the events partition ends before offset {log_end}: "
+                              "it claims records the log never held", "beyond_log_end")
     if position < log_start - 1:
         raise SnapshotRefused(f"taken at offset {position}, but the events partition starts at {log_start} now "
-                              f"(retention deleted offsets {position + 1}-{log_start - 1})")
+                              f"(retention deleted offsets {position + 1}-{log_start - 1})", "stale")
 
 
 @dataclass

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from common.kafka_admin import BrokerUnreachable
 from common.private import private_umask
+from common.secret_files import SecretFileError
 from common.settings import Settings, describe_settings_error
 from common.terminal_safe import SafeStream
 from faultline.commands import actions, admin, archive, backtest, replay, stages, views
@@ -119,6 +120,9 @@ def _main(argv: list[str] | None) -> int:
     except ValidationError as exc:
         for line in describe_settings_error(exc):
             print(f"faultline: {line}", file=sys.stderr)
+        return EXIT_USAGE
+    except SecretFileError as exc:  # a FAULTLINE_*_FILE that cannot be read (common/secret_files.py)
+        print(f"faultline: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         return int(args.run(args, settings))

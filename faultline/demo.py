@@ -33,7 +33,7 @@ from faultline.simulate import Fleet
 from faultline.terminal import plural, to_json
 from producers.delivery import EventPublisher
 from streams.decisions import Command, Incident
-from streams.topics import topic_name
+from streams.topics import scratch_namespace, topic_name
 
 __all__ = ["run_demo"]
 
@@ -86,7 +86,7 @@ def run_demo(settings: Settings, seconds: float = 20, json_out: bool = False) ->
     _say("checking the policy and the archive, starting the broker (the first run fetches Kafka with Maven)...")
     bootstrap = preflight(settings)
     conf = settings.kafka_config(bootstrap)
-    namespace = f"{settings.namespace}.demo-{uuid.uuid4().hex[:8]}"
+    namespace = scratch_namespace(settings.namespace, "demo", uuid.uuid4().hex[:8])
     create_namespace_topics(conf, namespace, partitions=1)
     _say(f"broker {bootstrap}; topics {namespace}.*; starting the correlator worker...")
     worker = CorrelatorWorker(settings, bootstrap, namespace)

@@ -38,7 +38,7 @@ from producers.capture.screen import CaptureScreen, Refused
 from producers.delivery import EventPublisher
 from streams.decisions import Command, Incident, StreamEnd
 from streams.events import EndOfCapture, Event
-from streams.topics import topic_name
+from streams.topics import scratch_namespace, topic_name
 
 __all__ = ["Run", "CorrelatorWorker", "replay", "replay_batching"]
 
@@ -255,7 +255,7 @@ def replay(capture: Path, settings: Settings, keep_topics: bool = False,
 def _replay(capture: Path, settings: Settings, keep_topics: bool, on_line: Callable[[int], None] | None,
             archive_namespace: str | None, bootstrap: str) -> Run:
     conf = settings.kafka_config(bootstrap)
-    run = Run(namespace=f"{settings.namespace}.replay-{uuid.uuid4().hex[:10]}")
+    run = Run(namespace=scratch_namespace(settings.namespace, "replay", uuid.uuid4().hex[:10]))
     create_namespace_topics(conf, run.namespace, partitions=1)  # one partition: decisions keep their order
     worker = CorrelatorWorker(settings, bootstrap, run.namespace)
     archived: _ReplayArchive | None = None

@@ -2,6 +2,14 @@
 
 A namespace prefixes every name, so a replay (``faultline.replay-<id>``) runs
 beside the live pipeline (``faultline``) on the same broker without touching it.
+
+**Scratch namespaces.** ``faultline replay``, ``faultline demo`` and ``faultline bench`` each make a
+namespace of their own under the live one, named ``<namespace>.<kind>-<id>`` (:data:`SCRATCH_KINDS`,
+:func:`scratch_namespace`), run a whole capture through it and throw it away. Only there does a
+capture *end*: the replay-only ``end_of_capture`` record, which makes the correlator judge every
+pending decision at once, is honoured in a namespace :func:`is_replay_namespace` says is one of
+these, and refused (dead-lettered with the reason) on any other -- a live events topic, where
+anyone with an agent's credential could otherwise close every settle window early.
 """
 
 from __future__ import annotations
@@ -14,7 +22,8 @@ from streams.batch import EventBatch
 from streams.decisions import Approval, Command, CommandResult, DeadLetter, Incident, StreamEnd
 from streams.events import Event
 
-__all__ = ["TopicSpec", "TOPICS", "topic_name", "spec", "correlator_app_id", "correlator_internal_topics"]
+__all__ = ["SCRATCH_KINDS", "TopicSpec", "TOPICS", "topic_name", "spec", "correlator_app_id",
+           "correlator_internal_topics", "is_replay_namespace", "scratch_namespace"]
 
 
 @dataclass(frozen=True)
@@ -79,3 +88,21 @@ def correlator_internal_topics(namespace: str) -> list[str]:
     changelog, the state snapshots and Faust's leader-assignor topic."""
     app = correlator_app_id(namespace)
     return [f"{app}-emitted-changelog", f"{app}-snapshots", f"{app}-__assignor-__leader"]
+
+
+#: The kinds of namespace the ``faultline`` commands make for one run of their own (module docstring).
+SCRATCH_KINDS = ("replay", "demo", "bench")
+
+
+def scratch_namespace(namespace: str, kind: str, run_id: str) -> str:
+    """The namespace a ``kind`` run (a replay, a demo, a benchmark) makes under ``namespace``."""
+    if kind not in SCRATCH_KINDS:
+        raise ValueError(f"unknown scratch namespace kind {kind!r}; one of {SCRATCH_KINDS}")
+    return f"{namespace}.{kind}-{run_id}"
+
+
+def is_replay_namespace(namespace: str) -> bool:
+    """Whether ``namespace`` is a scratch one (``<namespace>.<kind>-<id>``): where a capture may end."""
+    base, dot, last = namespace.rpartition(".")
+    return bool(base and dot) and any(last.startswith(f"{kind}-") and len(last) > len(kind) + 1
+                                      for kind in SCRATCH_KINDS)

@@ -28,7 +28,7 @@ from correlators.rebuild import rebuild
 from correlators.snapshot_topic import (
     SnapshotWriter,
     ensure_snapshot_topic,
-    events_log_start,
+    events_log_range,
     read_latest_snapshot,
     snapshot_topic_name,
 )
@@ -47,6 +47,7 @@ from correlators.worker.ports import Ack, OffsetTable, Send
 from correlators.worker.publisher import Publisher
 from correlators.worker.snapshot_taker import Captured, SnapshotTaker
 from correlators.worker.takeover import SnapshotLoader, Takeover
+from streams.topics import is_replay_namespace
 
 __all__ = ["Worker"]
 
@@ -73,9 +74,10 @@ class Worker:
             loader, self.snapshots = self._snapshots(settings, conf, app_id, events_topic, partitions, policy)
 
         operators = OperatorTrust(settings.operators(), settings.namespace, settings.cluster)
+        replay = is_replay_namespace(settings.namespace)  # where a capture may end (correlators/capture_end.py)
 
         def new_state(part: int) -> PartitionState:
-            return PartitionState(part, lambda: Correlator(policy, operators=operators), settings.cell)
+            return PartitionState(part, lambda: Correlator(policy, operators=operators, replay=replay), settings.cell)
 
         def rebuild_from_log(state: PartitionState, upto: int, after: int) -> Any:
             return rebuild(state, conf, events_topic, app_id, upto, after)
@@ -91,7 +93,7 @@ class Worker:
         self._adopt_after: dict[int, float] = {}  # partition -> monotonic time of its next attempt
         self.live = LiveClock(self.held, self.publisher, adopt=self._adopt_unheld) if settings.live_clock else None
         self.judge = RecordJudge(self.held, self.takeover, self.publisher, self.snapshots, topic=events_topic,
-                                 operators=operators)
+                                 operators=operators, namespace=settings.namespace)
         self.watch = DeliveryWatch(self.held, idle_for=self.judge.idle_for, ready=ready, position=position,
                                    seek=seek, committed=committed)
 
@@ -105,7 +107,7 @@ class Worker:
         fingerprint = policy_fingerprint(policy)
         loader = SnapshotLoader(lambda part: read_latest_snapshot(conf, topic, part, app_id),
                                 lambda blob, part: open_snapshot(blob, part, fingerprint, key),
-                                lambda part: events_log_start(conf, events_topic, part, app_id), topic)
+                                lambda part: events_log_range(conf, events_topic, part, app_id), topic)
 
         def capture(state: PartitionState) -> Captured:
             position, cells, body = capture_engines(state)

@@ -11,8 +11,9 @@ The order of things for one record (:meth:`RecordJudge.on_record`):
 4. Counted in (``records_in``) and decoded (:func:`streams.batch.decode_record`: one event, or a
    batch of them). Every event that cannot be used goes to the dead letters alone, with its
    reason (counted in ``dead_letters``); so does every operator action no operator key signed
-   for here (:func:`correlators.operator_trust.screen`). A record with no usable event: the state moves past it;
-   nothing else.
+   for here (:func:`correlators.operator_trust.screen`), and every ``end_of_capture`` outside a
+   replay namespace (:func:`correlators.capture_end.screen_ends`). A record with no usable event:
+   the state moves past it; nothing else.
 5. Its events are judged in order by its cell's engine and the record is settled
    (:meth:`~correlators.worker.publisher.Publisher.settle`: published, acknowledged, then
    ``emitted``) -- once per record, however many events it holds.
@@ -33,6 +34,7 @@ from collections.abc import Collection
 
 from common import metrics as m
 from common.deadletters import dead_letter
+from correlators.capture_end import screen_ends
 from correlators.operator_trust import OperatorTrust, screen
 from correlators.partitions import Step, WorkerState
 from correlators.worker.ports import Clock
@@ -51,7 +53,7 @@ class RecordJudge:
 
     def __init__(self, held: WorkerState, takeover: Takeover, publisher: Publisher,
                  snapshots: SnapshotTaker | None, *, topic: str, clock: Clock = time.monotonic,
-                 operators: OperatorTrust | None = None) -> None:
+                 operators: OperatorTrust | None = None, namespace: str | None = None) -> None:
         self._held = held
         self._takeover = takeover
         self._publisher = publisher
@@ -59,6 +61,7 @@ class RecordJudge:
         self._topic = topic
         self._clock = clock
         self._operators = operators if operators is not None else OperatorTrust()
+        self._namespace = namespace  # where this worker runs; None: a capture may end (tests without one)
         self._in_count = m.RECORDS_IN.labels("correlator", "events")
         self._busy = False
         self._done_at = clock()
@@ -85,6 +88,9 @@ class RecordJudge:
         self._in_count.inc()  # 4.
         decoded = decode_record(value)
         events, refused = screen(decoded.events, self._operators)
+        if self._namespace is not None:
+            events, ends = screen_ends(events, self._namespace)
+            refused += ends
         if not events:
             state.skip(offset)
         bad: list[tuple[str, bytes | str]] = [(b.reason, b.raw) for b in decoded.bad] + [(why, e.model_dump_json()) for e, why in refused]

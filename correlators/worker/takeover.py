@@ -47,6 +47,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from common import metrics as m
 from correlators.partitions import Folded, PartitionState, WorkerState
 from correlators.snapshots import Snapshot, SnapshotRefused, check_retained, restore
 from correlators.worker.ports import Ack, Clock, RunBlocking, in_thread
@@ -66,15 +67,17 @@ class SnapshotLoader:
 
     In this order: read the partition's last record of the snapshot topic; open it (checked before
     anything in it is loaded, :func:`correlators.snapshots.open_snapshot`); refuse it when the events
-    log no longer holds the records right after it. Any failure means None: the snapshot is an
+    log no longer holds the records right after it, or never held its position (``log_range``: the
+    partition's watermarks, :func:`correlators.snapshots.check_retained`). Any failure means None,
+    logged and counted (``faultline_snapshots_refused_total{reason}``): the snapshot is an
     optimisation, and without it the rebuild is complete.
     """
 
     def __init__(self, read_latest: Callable[[int], bytes | None], open_blob: Callable[[bytes, int], Snapshot],
-                 log_start: Callable[[int], int], topic: str) -> None:
+                 log_range: Callable[[int], tuple[int, int]], topic: str) -> None:
         self._read_latest = read_latest
         self._open = open_blob
-        self._log_start = log_start
+        self._log_range = log_range
         self._topic = topic
 
     def __call__(self, part: int) -> Snapshot | None:
@@ -83,11 +86,13 @@ class SnapshotLoader:
             if blob is None:
                 return None
             snap = self._open(blob, part)
-            check_retained(snap.position, self._log_start(part))
+            check_retained(snap.position, *self._log_range(part))
             return snap
         except SnapshotRefused as exc:
+            m.SNAPSHOTS_REFUSED.labels(exc.kind).inc()
             log.warning("snapshot of partition %d refused: %s; rebuilding it from the log start", part, exc)
         except Exception as exc:  # the snapshot is an optimisation: without it the rebuild is complete
+            m.SNAPSHOTS_REFUSED.labels("unreadable").inc()
             log.warning("could not read the snapshot of partition %d from %s (%s); rebuilding it from the log "
                         "start", part, self._topic, exc)
         return None

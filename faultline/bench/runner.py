@@ -47,7 +47,7 @@ from producers.capture import parse_capture_line
 from producers.delivery import EventPublisher
 from streams.decisions import Command, StreamEnd
 from streams.events import Event
-from streams.topics import topic_name
+from streams.topics import scratch_namespace, topic_name
 
 __all__ = ["run_bench", "Sizes"]
 
@@ -93,7 +93,7 @@ class Bench:
         self.namespaces: list[str] = []
 
     def namespace(self, what: str) -> str:
-        ns = f"{self.settings.namespace}.bench-{what}-{uuid.uuid4().hex[:6]}"
+        ns = scratch_namespace(self.settings.namespace, "bench", f"{what}-{uuid.uuid4().hex[:6]}")
         create_namespace_topics(self.conf, ns, partitions=1)
         self.namespaces.append(ns)
         return ns

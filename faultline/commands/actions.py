@@ -134,12 +134,17 @@ def _undecidable(cmd: Command, conf: dict[str, Any], namespace: str) -> str | No
 def _not_in_inventory(settings: Settings, node: str, gpu: str) -> str | None:
     """What the archive's inventory says is wrong with ``node`` (and its GPU ``gpu``: an index or a UUID), or
     None -- also when it cannot tell (no archive here, or no inventory in it yet: the correlator still checks)."""
+    from clickhouse_connect.driver.exceptions import DatabaseError
+
+    from faultline.errors import Failure, Unavailable
     from faultline.preflight import open_archive
 
     try:
         with open_archive(settings, settings.namespace, create=False) as archive:
             rows = archive.query("SELECT node, gpu_index, uuid FROM gpu_inventory")
-    except Exception:  # no archive here (Unavailable, Failure), or one not migrated yet: it cannot tell
+    except (Unavailable, Failure, ImportError, DatabaseError):
+        # It cannot tell: no archive here or not this namespace (Unavailable, Failure), no chDB installed
+        # (ImportError), or an archive without the table yet (DatabaseError). Anything else is a bug: raised.
         return None
     if not rows:
         return None

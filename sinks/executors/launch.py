@@ -3,7 +3,11 @@
 Names: an executor is named after its backend (``slurm``, ``kubernetes``,
 ``webhook``), or ``--name`` for several of one kind (one per cluster). The
 name labels its results, picks its ledger file and its consumer group, so two
-processes of one name share what was carried out. A dry run is named
+processes of one name share what was carried out -- within one namespace and
+cluster: the ledger file is also named after the scope the executor acts in
+(its :class:`~sinks.executors.trust.Trust`'s namespace and cluster), so one of
+another namespace or cluster, in the same state directory, shares nothing with
+it (:meth:`ResultLedger.in_dir`). A dry run is named
 ``<name>-dry-run`` and keeps its ledger in memory: its results can never make a
 real executor believe a command was carried out.
 """
@@ -100,14 +104,20 @@ def make_executor(opts: ExecutorOptions, backend: Backend | None = None) -> Exec
     """An executor with its ledger (in ``state_dir``), approvals view and circuit breaker."""
     backend = backend if backend is not None else make_backend(opts)
     name = (opts.name or backend.name) + ("-dry-run" if opts.dry_run else "")
-    ledger = ResultLedger() if opts.dry_run else ResultLedger.in_dir(opts.state_dir, name)
+    trust = opts.trust if opts.trust is not None else Trust(commands=opts.keys)
+    scope = (trust.namespace, trust.cluster or "default") if trust.namespace is not None else None
+    ledger = ResultLedger() if opts.dry_run else ResultLedger.in_dir(opts.state_dir, name, scope)
+    unscoped = ResultLedger.file_in(opts.state_dir, name)
+    if scope is not None and not opts.dry_run and unscoped.exists():
+        log.warning("executor %s: %s is no longer read (a ledger is per namespace and cluster now: %s); this "
+                    "namespace's results topic rebuilds what it settled. Rename it to the new name if it "
+                    "served this namespace and cluster alone", name, unscoped, ledger.path)
     fleet = opts.fleet_size if opts.fleet_size is not None else backend.fleet_size()
     if fleet is None and backend.supports("cordon_node"):
         log.warning("executor %s: fleet size unknown (give --fleet-size): the circuit breaker refuses "
                     "every fencing command until it is known", name)
     breaker = CircuitBreaker(max_share=opts.max_share, window=opts.window, fleet_size=fleet,
                              min_nodes=opts.min_nodes)
-    trust = opts.trust if opts.trust is not None else Trust(commands=opts.keys)
     for keys, setting, what in ((trust.commands, "FAULTLINE_SIGNING_KEYS", "unsigned commands will run"),
                                 (trust.operators, "FAULTLINE_OPERATOR_KEYS", "unsigned approvals release commands"),
                                 (trust.executors, "FAULTLINE_EXECUTOR_KEYS", "unsigned results teach the ledger")):

@@ -19,6 +19,15 @@ delivered (a crash, a broker outage) are sent at the next start (an outbox).
 The ledger is rebuilt from the ``command-results`` topic too
 (:meth:`ResultLedger.absorb`): a fresh executor, or a second one on another
 machine, learns every id already settled under its name and never repeats it.
+
+A ledger belongs to one **scope**: a topic namespace and a cluster
+(:meth:`ResultLedger.in_dir` names its file after the executor, the namespace
+and the cluster, and the file records its scope and refuses to be opened for
+another). Two executors of one name and state directory serving two namespaces
+(or clusters) share no entry: an id settled in one is not a duplicate in the
+other, and the circuit breaker, refilled from the ledger at start
+(:meth:`~sinks.executors.core.Executor.recover`), counts only its own scope's
+fences (issue 27, item 6).
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from typing import Literal
 from common.private import private_dir
 from streams.decisions import Command, CommandResult
 
-__all__ = ["FINAL_STATUSES", "Entry", "ResultLedger"]
+__all__ = ["FINAL_STATUSES", "Entry", "LedgerScopeError", "ResultLedger", "Scope"]
 
 FINAL_STATUSES: frozenset[str] = frozenset({"done", "failed", "denied"})
 
@@ -52,6 +61,14 @@ CREATE TABLE IF NOT EXISTS ledger (
 )
 """
 _COLUMNS = "id, state, command, result, published, attempted_at"
+_SCOPE = "CREATE TABLE IF NOT EXISTS scope (namespace TEXT NOT NULL, cluster TEXT NOT NULL)"
+
+#: (namespace, cluster): what a ledger's entries are about.
+Scope = tuple[str, str]
+
+
+class LedgerScopeError(ValueError):
+    """A ledger file opened for another namespace or cluster than the one it records."""
 
 
 @dataclass(frozen=True)
@@ -67,23 +84,39 @@ class Entry:
 
 
 class ResultLedger:
-    """Per-id execution state, persisted in SQLite (``path``) or kept in memory (``path=None``)."""
+    """Per-id execution state, persisted in SQLite (``path``) or kept in memory (``path=None``).
 
-    def __init__(self, path: Path | None = None) -> None:
+    With a ``scope`` the file records it on first use and is refused (:class:`LedgerScopeError`)
+    when opened for another one.
+    """
+
+    def __init__(self, path: Path | None = None, scope: Scope | None = None) -> None:
         if path is not None:
             private_dir(path.parent)  # what it ran and for whom: this user's alone
         self.path = path
+        self.scope = scope
         self._lock = threading.Lock()
         self._db = sqlite3.connect(str(path) if path else ":memory:", check_same_thread=False,
                                    isolation_level=None)
         self._db.execute("PRAGMA synchronous = FULL")
         self._db.execute(_SCHEMA)
+        self._db.execute(_SCOPE)
+        if scope is not None:
+            self._claim(scope)
 
     @classmethod
-    def in_dir(cls, state_dir: Path, executor: str) -> ResultLedger:
-        """The ledger of the executor named ``executor`` in ``state_dir``."""
-        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in executor)
-        return cls(state_dir / f"{safe}.ledger.sqlite")
+    def in_dir(cls, state_dir: Path, executor: str, scope: Scope | None = None) -> ResultLedger:
+        """The ledger of the executor named ``executor`` in ``state_dir``, for ``scope`` (namespace, cluster).
+
+        The file is ``<executor>@<namespace>@<cluster>.ledger.sqlite`` (``@`` is in no name, so no
+        two scopes meet in one file); without a scope (development, tests) ``<executor>.ledger.sqlite``.
+        """
+        return cls(cls.file_in(state_dir, executor, scope), scope)
+
+    @staticmethod
+    def file_in(state_dir: Path, executor: str, scope: Scope | None = None) -> Path:
+        """Where :meth:`in_dir` keeps that ledger (nothing is opened)."""
+        return state_dir / f"{'@'.join(_safe(p) for p in [executor, *(scope or ())])}.ledger.sqlite"
 
     def close(self) -> None:
         with self._lock:
@@ -165,6 +198,18 @@ class ResultLedger:
 
     # --- internals ----------------------------------------------------------------------
 
+    def _claim(self, scope: Scope) -> None:
+        """Record ``scope`` in a new file; refuse a file that records another."""
+        with self._tx() as db:
+            row = db.execute("SELECT namespace, cluster FROM scope").fetchone()
+            if row is None:
+                db.execute("INSERT INTO scope (namespace, cluster) VALUES (?, ?)", scope)
+        if row is not None and tuple(row) != tuple(scope):
+            self._db.close()
+            raise LedgerScopeError(
+                f"ledger {self.path} is namespace {row[0]!r}, cluster {row[1]!r}'s, not namespace {scope[0]!r}, "
+                f"cluster {scope[1]!r}'s: an executor's ledger serves one namespace and cluster")
+
     def _insert_pending(self, result: CommandResult) -> None:
         with self._tx() as db:
             db.execute("INSERT OR IGNORE INTO ledger (id, state, result, published) VALUES (?, 'pending', ?, 1)",
@@ -202,3 +247,7 @@ class ResultLedger:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)

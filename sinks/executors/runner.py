@@ -90,6 +90,9 @@ class ExecutorRunner:
         clock: Callable[[], datetime] = _utcnow,
         timeout_s: float = 30.0,
     ) -> None:
+        if executor.trust.namespace not in (None, namespace):  # its ledger and breaker are another namespace's
+            raise ValueError(f"executor {executor.name} acts in namespace {executor.trust.namespace!r}, "
+                             f"not {namespace!r}")
         self.executor = executor
         self.namespace = namespace
         self.clock = clock

@@ -291,10 +291,19 @@ _SMALL_BLOB = seal(0, 0, ["x"], STATES.dump_json({"x": EngineState()}), FINGERPR
 
 
 def test_a_snapshot_older_than_the_retained_log_is_refused() -> None:
-    check_retained(99, 0)
-    check_retained(99, 100)  # the next record is the first retained one: usable
+    check_retained(99, 0, 500)
+    check_retained(99, 100, 500)  # the next record is the first retained one: usable
     with pytest.raises(SnapshotRefused, match="retention deleted offsets 100-100"):
-        check_retained(99, 101)
+        check_retained(99, 101, 500)
+
+
+def test_a_snapshot_of_records_the_log_never_held_is_refused() -> None:
+    """Issue 27, item 6: the position is checked against the log's end, not trusted because the tag is."""
+    check_retained(99, 0, 100)  # the log's last record: usable
+    for claimed in (100, 10**12):
+        with pytest.raises(SnapshotRefused, match="claims records the log never held") as refused:
+            check_retained(claimed, 0, 100)
+        assert refused.value.kind == "beyond_log_end"
 
 
 def test_restore_only_into_a_fresh_state_of_the_same_partition(small: PartitionState) -> None:

@@ -236,19 +236,39 @@ def test_prometheus_has_no_lifecycle_api() -> None:
     assert not [a for a in _config()["services"]["prometheus"]["command"] if "lifecycle" in a]
 
 
-def test_the_stages_take_their_keys_from_env_and_refuse_to_start_without() -> None:
-    services = _config()["services"]
+# Every faultline setting that holds a secret, as its variable (common/secret_files.py names the same set).
+_SECRET_VARS = ("FAULTLINE_SIGNING_KEYS", "FAULTLINE_OPERATOR_KEYS", "FAULTLINE_EXECUTOR_KEYS", "FAULTLINE_SNAPSHOT_KEY",
+                "FAULTLINE_KAFKA_PASSWORD", "FAULTLINE_WEBHOOK_URL", "FAULTLINE_WEBHOOK_TOKEN")
+
+
+def test_the_stages_take_their_keys_from_secret_files_never_the_environment() -> None:
+    """Issue 27, item 6: Compose passed every key as a container environment variable (what `docker inspect`
+    shows). Now each reaches its stage as a Docker secret, a file under /run/secrets that the stage's
+    FAULTLINE_<SETTING>_FILE names; no faultline service has a key, token or password in its environment."""
+    config = _config()
+    services, secrets = config["services"], config["secrets"]
     example = _env_keys(ENV_EXAMPLE)
-    for name, keys in {"correlator": ("FAULTLINE_SIGNING_KEYS", "FAULTLINE_OPERATOR_KEYS", "FAULTLINE_SNAPSHOT_KEY"),
-                       "executor": ("FAULTLINE_SIGNING_KEYS", "FAULTLINE_OPERATOR_KEYS", "FAULTLINE_EXECUTOR_KEYS"),
-                       "executor-slurm": ("FAULTLINE_SIGNING_KEYS", "FAULTLINE_OPERATOR_KEYS",
-                                          "FAULTLINE_EXECUTOR_KEYS")}.items():
+    for name, keys in {"correlator": ("signing_keys", "operator_keys", "snapshot_key", "kafka_correlator_password"),
+                       "executor": ("signing_keys", "operator_keys", "executor_keys", "webhook_url", "webhook_token",
+                                    "kafka_executor_password"),
+                       "executor-slurm": ("signing_keys", "operator_keys", "executor_keys", "kafka_executor_password"),
+                       "sink": ("kafka_sink_password",), "topics": ("kafka_admin_password",),
+                       "agent": ("kafka_agent_password",), "agent-gpu": ("kafka_agent_password",)}.items():
+        mounted = {s["source"]: s["target"] for s in services[name]["secrets"]}
         env = services[name]["environment"]
-        assert all(env[key] == example[key] for key in keys), name
+        for key in keys:
+            assert mounted[key] == f"/run/secrets/{key}", (name, key)
+            var = "FAULTLINE_KAFKA_PASSWORD" if key.startswith("kafka_") else f"FAULTLINE_{key.upper()}"
+            assert env[f"{var}_FILE"] == f"/run/secrets/{key}", (name, var)
+        assert not [v for v in _SECRET_VARS if v in env], name
         assert "FAULTLINE_DEV_MODE" not in env, name
-    raw = COMPOSE.read_text()
-    for key in ("FAULTLINE_SIGNING_KEYS", "FAULTLINE_SNAPSHOT_KEY", "FAULTLINE_OPERATOR_KEYS", "FAULTLINE_EXECUTOR_KEYS"):
-        assert f"${{{key}:?set {key} in .env}}" in raw, key
+    for key in ("signing_keys", "operator_keys", "executor_keys", "snapshot_key", "webhook_url", "webhook_token"):
+        assert secrets[key]["file"] == str(COMPOSE.parent / "secrets" / key), key  # FAULTLINE_SECRETS_DIR
+    assert secrets["kafka_agent_password"]["environment"] == "KAFKA_AGENT_PASSWORD"  # shared with the broker
+    assert not [k for k in example if k in _SECRET_VARS]  # the keys are not in .env either
+    for name in FAULTLINE_SERVICES:
+        values = set(services[name].get("environment", {}).values())
+        assert not values & {v for k, v in example.items() if "PASSWORD" in k and v}, name
 
 
 def test_no_secret_is_on_a_command_line() -> None:

@@ -165,7 +165,7 @@ def test_a_replay_through_the_secured_broker_decides_as_offline_and_logs_no_secr
 @pytest.fixture(scope="module")
 def governed(secured: Secured, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A namespace with its topics (created by the admin) and the ACL plan applied."""
-    namespace = f"acl-{secrets.token_hex(4)}"
+    namespace = f"acl-{secrets.token_hex(4)}.replay-run"  # a capture ends (end_of_capture) only in a replay namespace
     create_namespace_topics(secured.admin_conf(), namespace, partitions=1)
     admin = AdminClient(secured.admin_conf())  # the correlator's internal topics, as a first worker makes them
     for future in admin.create_topics([NewTopic(name, 1, 1) for name in _internal(namespace).values()]).values():

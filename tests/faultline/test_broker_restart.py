@@ -123,7 +123,7 @@ def _by_id(raw: list[bytes], key: Callable[[bytes], object]) -> dict[object, lis
 def test_broker_restarts_under_the_whole_pipeline_lose_and_double_nothing(
         own_broker: LocalKafka, tmp_path: Path) -> None:
     bootstrap = own_broker.bootstrap
-    ns = f"restart-{uuid.uuid4().hex[:8]}"
+    ns = f"restart-{uuid.uuid4().hex[:8]}.replay-run"  # a capture ends (end_of_capture) only in a replay namespace
     settings = Settings(kafka=bootstrap, data_dir=tmp_path, namespace=ns)
     conf = settings.kafka_config(bootstrap)
     create_namespace_topics(conf, ns, partitions=1)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from clickhouse_connect.driver.exceptions import DatabaseError
 
+from common.settings import Settings
+from faultline import preflight
 from faultline.cli import main
+from faultline.commands.actions import _not_in_inventory
+from faultline.errors import Failure, Unavailable, UsageError
 from sinks.archive.store import Archive
 from streams.events import Event, GpuInfo, Inventory
 
@@ -34,3 +40,26 @@ def test_a_fence_of_hardware_the_inventory_does_not_list_is_refused(
     assert main(["quarantine", hardware, "--reason", "bad index", "--by", "alice"]) == 1
     err = capsys.readouterr().err
     assert says in err and "nothing was fenced" in err, err
+
+
+@pytest.mark.parametrize("raised", [Unavailable("no archive here"), Failure("no namespace fences"),
+                                    ImportError("No module named 'chdb'"), DatabaseError("UNKNOWN_TABLE")])
+def test_an_archive_that_cannot_tell_leaves_the_check_to_the_correlator(
+        raised: Exception, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No archive, no chDB, no inventory table yet: the command cannot tell, and says nothing (the correlator
+    checks again). Only these: a bug while reading the inventory is not taken for 'cannot tell'."""
+    monkeypatch.setattr(preflight, "open_archive", _raising(raised))
+    assert _not_in_inventory(Settings(), "nosuchnode", "1") is None
+
+
+@pytest.mark.parametrize("raised", [RuntimeError("a bug"), UsageError("FAULTLINE_ARCHIVE: not a URL")])
+def test_any_other_error_reading_the_inventory_is_raised(raised: Exception, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(preflight, "open_archive", _raising(raised))
+    with pytest.raises(type(raised)):
+        _not_in_inventory(Settings(), "nosuchnode", "1")
+
+
+def _raising(exc: Exception) -> Callable[..., object]:
+    def open_archive(*args: object, **kwargs: object) -> object:
+        raise exc
+    return open_archive

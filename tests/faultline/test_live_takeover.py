@@ -124,7 +124,7 @@ def test_what_the_clock_decides_between_records_survives_a_worker_killed_around_
     rest_starts = datetime.fromisoformat(_ts_of(lines[cut]))
     in_silence = _decided_by_the_clock(lines[:cut], rest_starts - timedelta(milliseconds=1))
     ctx = f"[seed={seed} {point} cut after line {cut}, first due {due_s}s into the silence] "
-    ns = f"{unique_name}.live"
+    ns = f"{unique_name}.replay-live"  # a capture ends (end_of_capture) only in a replay namespace
     settings = production_settings(kafka_bootstrap, tmp_path, unique_name)
     conf = settings.kafka_config(kafka_bootstrap)
     create_namespace_topics(conf, ns, partitions=1)

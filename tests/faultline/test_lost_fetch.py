@@ -38,7 +38,7 @@ def test_an_end_marker_the_consumer_lost_is_fetched_again_and_judged(
         kafka_bootstrap: str, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     settings = Settings(kafka=kafka_bootstrap, data_dir=tmp_path, namespace=unique_name, snapshot_every_events=0)
     conf = settings.kafka_config(kafka_bootstrap)
-    ns = f"{unique_name}.lost"
+    ns = f"{unique_name}.replay-lost"  # a capture ends (end_of_capture) only in a replay namespace
     create_namespace_topics(conf, ns, partitions=1)
     lines = SCENARIO.read_bytes().splitlines()
     try:

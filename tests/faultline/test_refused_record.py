@@ -46,7 +46,7 @@ def test_a_refused_command_is_replaced_and_neither_worker_dies(kafka_bootstrap: 
                                                              unique_name: str) -> None:
     settings = Settings(kafka=kafka_bootstrap, data_dir=tmp_path, namespace=unique_name)
     conf = settings.kafka_config(kafka_bootstrap)
-    ns = f"{unique_name}.refused"
+    ns = f"{unique_name}.replay-refused"  # a capture ends (end_of_capture) only in a replay namespace
     create_namespace_topics(conf, ns, partitions=1)
     lines = SCENARIO.read_bytes().splitlines()
     limit, over = _limit(lines)

@@ -166,7 +166,7 @@ def test_killing_partition_leaders_of_a_replicated_cluster_loses_and_doubles_not
         kafka_cluster: LocalKafkaCluster, tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     bootstrap = kafka_cluster.bootstrap
-    ns = f"cluster-{uuid.uuid4().hex[:8]}"
+    ns = f"cluster-{uuid.uuid4().hex[:8]}.replay-run"  # a capture ends (end_of_capture) only in a replay namespace
     settings = Settings(kafka=bootstrap, data_dir=tmp_path, namespace=ns)
     conf = settings.kafka_config(bootstrap)
     create_namespace_topics(conf, ns, partitions=1)

@@ -156,7 +156,7 @@ def test_workers_join_die_and_rejoin_mid_replay_and_every_cell_decides_as_with_o
         kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:
     settings = Settings(kafka=kafka_bootstrap, data_dir=tmp_path, namespace=unique_name)
     conf = settings.kafka_config(kafka_bootstrap)
-    ns = f"{unique_name}.scale"
+    ns = f"{unique_name}.replay-scale"  # a capture ends (end_of_capture) only in a replay namespace
     create_namespace_topics(conf, ns)  # the declared counts: commands keep one partition, in issue order
     grow_topic(conf, topic_name(ns, "events"), PARTITIONS)
     cells = {p.stem: p.read_bytes().splitlines() for p in scenario_files()}

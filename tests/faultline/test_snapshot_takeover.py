@@ -46,7 +46,7 @@ def test_takeover_restores_the_snapshot_and_replays_only_the_tail(kafka_bootstra
     monkeypatch.setenv("FAULTLINE_SNAPSHOT_KEY", KEY)
     settings = Settings(kafka=kafka_bootstrap, data_dir=tmp_path, namespace=unique_name)
     conf = settings.kafka_config(kafka_bootstrap)
-    ns = f"{unique_name}.snap"
+    ns = f"{unique_name}.replay-snap"  # a capture ends (end_of_capture) only in a replay namespace
     app_id = correlator_app_id(ns)
     snapshots = snapshot_topic_name(app_id)
     fingerprint = policy_fingerprint(load_policy(None))

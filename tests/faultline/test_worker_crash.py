@@ -33,7 +33,7 @@ def test_sigkill_mid_stream_then_restart_gives_the_same_decisions(kafka_bootstra
     settings = Settings(kafka=kafka_bootstrap, data_dir=tmp_path, namespace=unique_name,
                         archive=f"chdb://{tmp_path / 'archive'}")
     conf = settings.kafka_config(kafka_bootstrap)
-    ns = f"{unique_name}.crash"
+    ns = f"{unique_name}.replay-crash"  # a capture ends (end_of_capture) only in a replay namespace
     create_namespace_topics(conf, ns, partitions=1)
     lines = SCENARIO.read_bytes().splitlines()
     try:

@@ -64,7 +64,7 @@ def test_a_worker_killed_while_deciding_loses_nothing_and_repeats_only_what_it_d
     deciding = [k for k, ds in enumerate(want.per_event) if len(ds) >= (2 if point == "between" else 1)
                 and (point != "acked" or any(isinstance(d, Command) for d in ds))]
     at = rng.choice(deciding)
-    ns = f"{unique_name}.kill"
+    ns = f"{unique_name}.replay-kill"  # a capture ends (end_of_capture) only in a replay namespace
     settings = production_settings(kafka_bootstrap, tmp_path, unique_name)
     conf = settings.kafka_config(kafka_bootstrap)
     specs = [f"{'between' if point == 'between' else 'acked'}:{at}"]

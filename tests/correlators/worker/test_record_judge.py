@@ -13,6 +13,7 @@ from worker_fakes import JudgeRig, decision_ids, judged_all, new_state, scenario
 
 from common import metrics as m
 from streams.decisions import StreamEnd
+from streams.events import EndOfCapture, Event
 
 LOG = scenario_log("xid95_two_gpus_two_nodes")
 ALL = decision_ids(judged_all(LOG))
@@ -104,3 +105,33 @@ async def test_revoked_partitions_are_dropped(caplog: pytest.LogCaptureFixture) 
         assert rig.judge.on_assigned({0, 1}) == [3]
     assert rig.held.partitions == [0]
     assert "assigned events partitions [0, 1] of events; dropped the state of [3]" in caplog.text
+
+
+def _with_forged_end(log: list[tuple[bytes, bytes]], at: int) -> list[tuple[bytes, bytes]]:
+    """``log`` with an ``end_of_capture`` an agent's credential wrote in the middle of it."""
+    key, value = log[at - 1]
+    ts = Event.model_validate_json(value).ts
+    forged = Event(id="forged-end", ts=ts, source="agent", body=EndOfCapture(lines=1))
+    return log[:at] + [(key, forged.model_dump_json().encode())] + log[at:]
+
+
+@pytest.mark.parametrize("fed_from", [0, "takeover"])
+async def test_an_end_of_capture_on_a_live_topic_is_dead_lettered_and_ends_nothing(fed_from: object) -> None:
+    """Issue 27, item 6: in a live namespace an ``end_of_capture`` (the middle of the log, and the capture's
+    own at its end) is dead-lettered with the reason; no end reaches ``control`` and the decisions are
+    those of the log without it -- judged record by record, or folded from the log by a takeover (no
+    screen there: the live engine refuses it itself)."""
+    at = len(LOG) // 2
+    log = _with_forged_end(LOG, at)
+    rig = JudgeRig(log, namespace="prod")
+    await rig.feed(range(len(log)) if fed_from == 0 else range(len(log) - 3, len(log)))
+    assert rig.published() == decision_ids(judged_all(LOG[:-1])) != []
+    assert [s for s in rig.producer.sent if s.suffix == "control"] == []
+    letters = [s.value for s in rig.producer.sent if s.suffix == "deadletters"]
+    if fed_from == 0:
+        assert len(letters) == 2 and all(b"end_of_capture refused: a replay-only record, and 'prod' is not a "
+                                         b"replay namespace" in v for v in letters)
+        assert b"forged-end" in letters[0]
+    replay = JudgeRig(log, namespace="prod.replay-0123456789")  # where a capture does end
+    await replay.feed(range(len(log)))
+    assert [s for s in replay.producer.sent if s.suffix == "control"] != []

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from worker_fakes import (
+    POLICY,
     FakeEmitted,
     FakeProducer,
     decision_ids,
@@ -21,8 +22,16 @@ from worker_fakes import (
     scenario_log,
 )
 
+from common import metrics as m
 from correlators.partitions import PartitionState, WorkerState
-from correlators.snapshots import Snapshot, SnapshotRefused
+from correlators.snapshots import (
+    Snapshot,
+    SnapshotRefused,
+    capture_engines,
+    open_snapshot,
+    policy_fingerprint,
+    seal,
+)
 from correlators.worker.publisher import Publisher
 from correlators.worker.takeover import SnapshotLoader, Takeover
 from streams.events import Event
@@ -175,17 +184,52 @@ def test_a_snapshot_that_cannot_be_used_means_none(caplog: pytest.LogCaptureFixt
     def unreadable(part: int) -> bytes | None:
         raise TimeoutError("no record in 30s")
 
-    assert SnapshotLoader(lambda p: None, opened, lambda p: 0, "snaps")(0) is None  # none written yet
-    assert SnapshotLoader(lambda p: b"ok", opened, lambda p: 0, "snaps")(0) is snap
+    assert SnapshotLoader(lambda p: None, opened, lambda p: (0, 500), "snaps")(0) is None  # none written yet
+    assert SnapshotLoader(lambda p: b"ok", opened, lambda p: (0, 500), "snaps")(0) is snap
     with caplog.at_level(logging.WARNING, logger="faultline.correlator"):
-        assert SnapshotLoader(lambda p: b"forged", opened, lambda p: 0, "snaps")(0) is None
-        assert SnapshotLoader(lambda p: b"ok", opened, lambda p: 102, "snaps")(0) is None  # 101 deleted
-        assert SnapshotLoader(unreadable, opened, lambda p: 0, "snaps")(0) is None
-    assert SnapshotLoader(lambda p: b"ok", opened, lambda p: 101, "snaps")(0) is snap  # 101 is still there
+        assert SnapshotLoader(lambda p: b"forged", opened, lambda p: (0, 500), "snaps")(0) is None
+        assert SnapshotLoader(lambda p: b"ok", opened, lambda p: (102, 500), "snaps")(0) is None  # 101 deleted
+        assert SnapshotLoader(unreadable, opened, lambda p: (0, 500), "snaps")(0) is None
+    assert SnapshotLoader(lambda p: b"ok", opened, lambda p: (101, 500), "snaps")(0) is snap  # 101 is still there
     text = caplog.text
     assert "refused: authentication failed; rebuilding it from the log start" in text
     assert "refused: taken at offset 100, but the events partition starts at 102" in text
     assert "could not read the snapshot of partition 0 from snaps (no record in 30s)" in text
+
+
+def _refused(reason: str) -> float:
+    return float(m.SNAPSHOTS_REFUSED.labels(reason)._value.get())
+
+
+async def test_a_snapshot_sealed_with_the_real_key_claiming_a_position_past_the_log_end_is_refused(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 27, item 6: a snapshot may claim any position (10**12); restored, every record up to it looks
+    judged and the worker is blind. Checked against the events log's end, it is refused (logged and
+    counted) and the partition rebuilt from the log: everything is decided, as without a snapshot."""
+    key, fingerprint = b"the-real-snapshot-key-0123456789", policy_fingerprint(POLICY)
+    real = _snapshot_at(SAYING[0])
+    state = new_state()
+    state.restore({cell: state.new_engine().restored(st) for cell, st in real.states.items()}, real.position)
+    _position, cells, body = capture_engines(state)
+    forged = seal(0, 10**12, cells, body, fingerprint, key)  # the real key: the tag verifies
+    assert open_snapshot(forged, 0, fingerprint, key).position == 10**12
+    ends = (0, len(LOG))  # the events partition's watermarks
+    loader = SnapshotLoader(lambda p: forged, lambda blob, p: open_snapshot(blob, p, fingerprint, key),
+                            lambda p: ends, "snaps")
+    before = _refused("beyond_log_end")
+    with caplog.at_level(logging.WARNING, logger="faultline.correlator"):
+        assert loader(0) is None
+    assert _refused("beyond_log_end") == before + 1
+    assert (f"snapshot of partition 0 refused: taken at offset {10**12}, but the events partition ends before "
+            f"offset {len(LOG)}: it claims records the log never held; rebuilding it from the log start") in caplog.text
+    rig = Rig()
+    rig.takeover._load_snapshot = loader
+    taken = await rig.takeover.catch_up(0, len(LOG) - 1)
+    assert taken.position == len(LOG) - 2 and rig.reads == [0]  # rebuilt from the log start, not blind
+    assert rig.published() + _judge_rest(taken, len(LOG) - 1) == _expected(-1, len(LOG)) != []
+    honest = seal(0, SAYING[0], cells, body, fingerprint, key)  # the same state at its own position: restored
+    assert SnapshotLoader(lambda p: honest, lambda blob, p: open_snapshot(blob, p, fingerprint, key),
+                          lambda p: ends, "snaps")(0) is not None
 
 
 async def test_adoption_takes_a_partition_over_up_to_the_committed_offset_before_any_record() -> None:

@@ -34,6 +34,7 @@ from correlators.worker.takeover import Takeover
 from producers.capture import BadInput, parse_capture_line
 from streams.cells import cell_key
 from streams.events import EndOfCapture, Event
+from streams.topics import is_replay_namespace
 from tests.common.fake_kafka import FakeConsumer
 
 POLICY = load_policy(None)
@@ -53,8 +54,8 @@ def scenario_log(name: str = "xid48_double_bit_ecc") -> list[tuple[bytes, bytes]
     return [(cell_key(CELL), e.model_dump_json().encode()) for e in events]
 
 
-def new_state(partition: int = 0) -> PartitionState:
-    return PartitionState(partition, lambda: Correlator(POLICY), CELL)
+def new_state(partition: int = 0, *, replay: bool = True) -> PartitionState:
+    return PartitionState(partition, lambda: Correlator(POLICY, replay=replay), CELL)
 
 
 def judged_all(log: list[tuple[bytes, bytes]]) -> list[Judged]:
@@ -183,7 +184,9 @@ def _inline_submit(fn: Callable[[], None]) -> concurrent.futures.Future[None]:
 class JudgeRig:
     """A record judge over ``log`` (partition 0) with every collaborator real but the broker faked."""
 
-    def __init__(self, log: list[tuple[bytes, bytes]], *, auto_ack: bool = True, snapshot_every: int = 0, committed: int = -1001) -> None:
+    def __init__(self, log: list[tuple[bytes, bytes]], *, auto_ack: bool = True, snapshot_every: int = 0, committed: int = -1001,
+                 namespace: str | None = None) -> None:
+        """``namespace``: the worker's, whose engines end a capture only in a replay namespace (None: they do)."""
         self.producer = FakeProducer(auto_ack=auto_ack)
         self.emitted = FakeEmitted()
         self.held = WorkerState()
@@ -199,11 +202,12 @@ class JudgeRig:
                                            lambda c: b"blob", lambda p, b: None, _inline_submit,
                                            ticks_in_flight=lambda: self.live.in_flight, max_bytes=1 << 20,
                                            clock=self.clock)
-        takeover = Takeover(self.held, new_state, self.publisher, log_rebuild(log, committed),
-                            self.ack, load_snapshot=None, run_blocking=inline)
+        replay = namespace is None or is_replay_namespace(namespace)
+        takeover = Takeover(self.held, lambda part: new_state(part, replay=replay), self.publisher,
+                            log_rebuild(log, committed), self.ack, load_snapshot=None, run_blocking=inline)
         self.log = log
         self.judge = RecordJudge(self.held, takeover, self.publisher, self.snapshots, topic="events",
-                                 clock=self.clock)
+                                 clock=self.clock, namespace=namespace)
 
     def ack(self, part: int, offsets: range) -> int:
         self.acks.extend(offsets)
