@@ -22,19 +22,34 @@ COMPOSE_STAGES = {"agent": "agent", "agent-gpu": "agent", "correlator": "correla
                   "executor": "executor", "executor-slurm": "executor"}
 
 
+def _compose_password(services: dict[str, Any], secrets: dict[str, Any], name: str) -> str:
+    """Where a Compose service's Kafka password comes from: a Docker secret of its own (a file under
+    /run/secrets, never the password in its environment), named in the service and filled from .env."""
+    env = services[name]["environment"]
+    assert "FAULTLINE_KAFKA_PASSWORD" not in env, name  # a password in the environment is what docker inspect shows
+    path = env["FAULTLINE_KAFKA_PASSWORD_FILE"]
+    assert path.startswith("/run/secrets/"), name
+    secret = path.removeprefix("/run/secrets/")
+    assert secret in services[name]["secrets"], name
+    return str(secrets[secret]["environment"])
+
+
 def test_compose_stages_log_in_as_their_own_users() -> None:
-    services: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())["services"]
+    compose = yaml.safe_load(COMPOSE.read_text())
+    services: dict[str, Any] = compose["services"]
+    secrets: dict[str, Any] = compose["secrets"]
     passwords: dict[str, str] = {}
     for name, service in COMPOSE_STAGES.items():
         env = services[name]["environment"]
         assert env["FAULTLINE_KAFKA_USERNAME"] == DEFAULT_USERS[service], name
-        passwords.setdefault(service, env["FAULTLINE_KAFKA_PASSWORD"])
-        assert env["FAULTLINE_KAFKA_PASSWORD"] == passwords[service], name  # one user, one password
+        source = _compose_password(services, secrets, name)
+        passwords.setdefault(service, source)
+        assert source == passwords[service], name  # one user, one password
     assert len(set(passwords.values())) == len(passwords)  # no two services share a password
     topics = services["topics"]["environment"]
-    assert (topics["FAULTLINE_KAFKA_USERNAME"], topics["FAULTLINE_KAFKA_PASSWORD"]) == \
-           ("${KAFKA_ADMIN_USER:-faultline-admin}", "${KAFKA_ADMIN_PASSWORD:-}")  # creating topics is the admin's
-    assert all(p.startswith("${KAFKA_") and p.endswith(":-}") for p in passwords.values())  # from .env only
+    assert topics["FAULTLINE_KAFKA_USERNAME"] == "${KAFKA_ADMIN_USER:-faultline-admin}"  # creating topics is the admin's
+    assert _compose_password(services, secrets, "topics") == "KAFKA_ADMIN_PASSWORD"
+    assert all(p.startswith("KAFKA_") and p.endswith("_PASSWORD") for p in passwords.values())  # from .env only
 
 
 def _kubernetes(values: Path) -> list[dict[str, Any]]:
