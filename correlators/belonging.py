@@ -37,6 +37,8 @@ __all__ = ["CONSEQUENCES", "explained_by", "fence_owner", "note_repeat", "takes_
 CONSEQUENCES = frozenset({"checkpoint_failure", "checkpoint_stale", "training_hang", "network_timeout",
                           "software_crash", "loss_anomaly"})
 
+ACTING = ("open", "mitigating", "restarting", "awaiting_approval")  # the lifecycle's ACTIVE (it imports this module)
+
 REPEAT_NOTE = "repeats on the fenced hardware belong to this fence"
 
 
@@ -88,8 +90,8 @@ def note_repeat(owner: OpenIncident, what: str) -> bool:
 def explained_by(incidents: list[OpenIncident], category: str, node: str | None, ts: datetime,
                  lookback_s: float) -> OpenIncident | None:
     """The hardware incident that explains a failure of ``category`` (on ``node``, if known) at ``ts``: one of
-    ``incidents`` (the job's own, then the job-less ones of its nodes) with a hardware root cause, not finished, whose first evidence -- or
-    that of a second hardware root cause it carries -- is within ``lookback_s`` of ``ts`` (either order: the
+    ``incidents`` (the job's own, then the job-less ones of its nodes) with a hardware root cause, not finished, whose first evidence -- its
+    newest version while it is still acted on, or the evidence of a second hardware root cause it carries -- is within ``lookback_s`` of ``ts`` (either order: the
     consequence is often logged first), and, when the failure names a node, blaming that node (or the whole
     job's hardware, for a node-less failure)."""
     if category not in CONSEQUENCES:
@@ -98,7 +100,9 @@ def explained_by(incidents: list[OpenIncident], category: str, node: str | None,
         if inc.category not in HARDWARE_CATEGORIES or inc.held and inc.node is None:
             continue
         # the incident's own cause, or a second hardware root cause it carries (its own incident, one restart)
-        causes = [(inc.opened_at, {n for n, _ in inc.hardware()})] + [
+        hw = {n for n, _ in inc.hardware()}
+        # ...also the newest round of a cause still being acted on (a SEL that took the incident over late)
+        causes = [(inc.opened_at, hw)] + ([(inc.updated_at, hw)] if inc.updated_at and inc.state in ACTING else []) + [
             (o.ts, {o.node}) for o in inc.others if o.ts is not None and o.category in HARDWARE_CATEGORIES]
         if any(abs((ts - at).total_seconds()) <= lookback_s and (node is None or node in nodes) for at, nodes in causes):
             return inc

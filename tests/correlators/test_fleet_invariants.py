@@ -162,6 +162,15 @@ def test_the_same_bytes_decide_the_same_run_again(plan: FleetPlan) -> None:
     JobPlan(nodes=1, half=False, elastic=None, every=180.0, interval=120.0, local=False, resume=None),), faults=(
     FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),) * 3 + (
     FaultPlan(kind='ckpt_fail', at=0.25, job=0, pick=0, code=0, late=None, dup=False),), skew=None))
+# The soak's second find: n01's SEL takes the job's incident over 2 min after the XID 79 that opened it, and a write
+# fails 3 s after that SEL: measured from the incident's opening only, the write was a checkpoint_failure of its own.
+@example(FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=120.0, jobs=(
+    JobPlan(nodes=2, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),
+    JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),
+    JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None)), faults=(
+    FaultPlan(kind='xid', at=0.051, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='second', at=0.375, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='ckpt_crash', at=0.25, job=0, pick=0, code=0, late=None, dup=False)), skew=None))
 def test_soak_every_fleet_keeps_the_invariants_that_hold(plan: FleetPlan) -> None:
     bad = violations(plan, HOLDING)
     assert not bad, "\n".join(bad[:10])
