@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from correlators.findings import HARDWARE_CATEGORIES
-from correlators.incident_state import OpenIncident
+from correlators.incident_state import ACTIVE, OpenIncident
 from correlators.quarantine_ledger import Fence
 
 if TYPE_CHECKING:
@@ -36,8 +36,6 @@ __all__ = ["CONSEQUENCES", "explained_by", "fence_owner", "note_repeat", "takes_
 #: Categories a job's hardware root cause can bring about on its own (a consequence, not a cause).
 CONSEQUENCES = frozenset({"checkpoint_failure", "checkpoint_stale", "training_hang", "network_timeout",
                           "software_crash", "loss_anomaly"})
-
-ACTING = ("open", "mitigating", "restarting", "awaiting_approval")  # the lifecycle's ACTIVE (it imports this module)
 
 REPEAT_NOTE = "repeats on the fenced hardware belong to this fence"
 
@@ -90,8 +88,9 @@ def note_repeat(owner: OpenIncident, what: str) -> bool:
 def explained_by(incidents: list[OpenIncident], category: str, node: str | None, ts: datetime,
                  lookback_s: float) -> OpenIncident | None:
     """The hardware incident that explains a failure of ``category`` (on ``node``, if known) at ``ts``: one of
-    ``incidents`` (the job's own, then the job-less ones of its nodes) with a hardware root cause, not finished, whose first evidence -- its
-    newest version while it is still acted on, or the evidence of a second hardware root cause it carries -- is within ``lookback_s`` of ``ts`` (either order: the
+    ``incidents`` (the job's own, then the job-less ones of its nodes) with a hardware root cause, not
+    finished, whose first evidence -- or its newest version while it is still acted on, or the evidence of a
+    second hardware root cause it carries -- is within ``lookback_s`` of ``ts`` (either order: the
     consequence is often logged first), and, when the failure names a node, blaming that node (or the whole
     job's hardware, for a node-less failure)."""
     if category not in CONSEQUENCES:
@@ -102,7 +101,7 @@ def explained_by(incidents: list[OpenIncident], category: str, node: str | None,
         # the incident's own cause, or a second hardware root cause it carries (its own incident, one restart)
         hw = {n for n, _ in inc.hardware()}
         # ...also the newest round of a cause still being acted on (a SEL that took the incident over late)
-        causes = [(inc.opened_at, hw)] + ([(inc.updated_at, hw)] if inc.updated_at and inc.state in ACTING else []) + [
+        causes = [(inc.opened_at, hw)] + ([(inc.updated_at, hw)] if inc.updated_at and inc.state in ACTIVE else []) + [
             (o.ts, {o.node}) for o in inc.others if o.ts is not None and o.category in HARDWARE_CATEGORIES]
         if any(abs((ts - at).total_seconds()) <= lookback_s and (node is None or node in nodes) for at, nodes in causes):
             return inc

@@ -12,13 +12,17 @@ from correlators.gate_round import GateRound
 from correlators.state_fields import Instant
 from streams.decisions import Culprit, Fault, GateExclusion, GateWait, Incident, RestartGate
 
-__all__ = ["OpenIncident", "OtherFault", "stable_id"]
+__all__ = ["ACTIVE", "OpenIncident", "OtherFault", "stable_id"]
 
 
 def stable_id(prefix: str, *parts: object) -> str:
     """A deterministic id: the same decision on the same input gives the same id."""
     h = hashlib.sha256("|".join("" if p is None else str(p) for p in parts).encode()).hexdigest()
     return f"{prefix}-{h[:16]}"
+
+
+#: The states in which an incident is still being acted on (the lifecycle refines it; a failure joins it).
+ACTIVE = ("open", "mitigating", "restarting", "awaiting_approval")
 
 
 @dataclass

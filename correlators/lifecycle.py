@@ -32,7 +32,7 @@ from typing import Protocol
 from correlators.belonging import explained_by, fence_owner, note_repeat, takes_breach
 from correlators.culprits import add_other, join_hardware
 from correlators.findings import HARDWARE_CATEGORIES, PRIORITY, Finding
-from correlators.incident_state import OpenIncident, stable_id
+from correlators.incident_state import ACTIVE, OpenIncident, stable_id
 from correlators.pinned import PINNED, pinned_node, pinned_text
 from correlators.planner import Planner
 from correlators.restart_gate import GateJudge, waiting_text
@@ -41,7 +41,6 @@ from correlators.rules.base import RuleContext
 
 __all__ = ["ACTIVE", "DONE", "IncidentLifecycle", "VersionWatcher"]
 
-ACTIVE = ("open", "mitigating", "restarting", "awaiting_approval")
 DONE = ("resolved", "closed")
 FINISHED = ("resolved", "closed", "escalated")
 
