@@ -36,6 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from streams.events import Event
+from streams.ranges import Int
 
 __all__ = ["BATCH_SCHEMA_VERSION", "ENVELOPE_BYTES", "BadEvent", "Decoded", "EventBatch", "decode_record", "encode_batch",
            "record_schema"]
@@ -49,7 +50,7 @@ class EventBatch(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True, ser_json_inf_nan="constants")
 
-    schema_version: int = BATCH_SCHEMA_VERSION
+    schema_version: Int = BATCH_SCHEMA_VERSION
     events: list[Event] = Field(min_length=1)
 
 
