@@ -11,7 +11,8 @@ nothing and writes the same batch again -- unless the error is one retrying
 cannot fix (a value the column cannot hold: :mod:`sinks.archive_errors`); then
 the records that fail alone become dead letters and the rest are written. A
 record that does not decode becomes a row in the archive's ``deadletters``
-table, with the reason; neither ever stops the sink.
+table, with the reason; neither ever stops the sink. So does a record (or an
+event) over the cap readers show, :data:`streams.bounds.MAX_RECORD_BYTES`.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from common.deadletters import dead_letter
 from common.heap import streaming_gc
 from sinks.archive.store import Archive
 from sinks.archive_errors import write_isolating
-from streams.batch import decode_record
+from streams.batch import decode_record, over_cap
 from streams.decisions import DeadLetter
 from streams.topics import TOPICS, topic_name
 
@@ -293,6 +294,8 @@ class ArchiveSink:
             if decoded.batch or decoded.events:  # else one bad event: said as any bad record is, below
                 rows: list[tuple[str, BaseModel]] = [("events", e) for e in decoded.events]
                 return rows + [("deadletters", self._dead_letter(msg, bad.reason, bad.raw)) for bad in decoded.bad]
+        if value is not None and (why := over_cap(value)) is not None:
+            return [("deadletters", self._dead_letter(msg, why, value))]
         try:
             if value is None:
                 raise ValueError("record has no value")

@@ -24,6 +24,15 @@ takeover rebuild, the archive sink, backtests -- so they agree on what a record 
    bad one comes back with its own bytes and reason, so a reader dead-letters it alone.
 4. A batch whose envelope itself is wrong (``events`` not a list, empty, a bad ``schema_version``):
    the whole record is one bad item.
+
+**The cap** (issue 27): no event larger than :data:`streams.bounds.MAX_RECORD_BYTES` -- the cap of
+every record faultline publishes, so of everything its readers show -- reaches a reader. The broker's
+limit counts compressed bytes, so a compressible 10 MB record passed it and was judged, archived and
+printed whole. A record within the cap holds no event over it, and takes the fast path above
+untouched. A larger one that is not a batch is one bad record, refused before it is parsed as an
+event; in a larger batch (a node agent packs up to 256 KiB of small events), each event over the cap
+is set aside alone, measured as the schema writes it. Every reader dead-letters them with the reason
+and counts them, as any bad event.
 """
 
 from __future__ import annotations
@@ -35,10 +44,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from streams.bounds import MAX_RECORD_BYTES
 from streams.events import Event
+from streams.ranges import Int
 
 __all__ = ["BATCH_SCHEMA_VERSION", "ENVELOPE_BYTES", "BadEvent", "Decoded", "EventBatch", "decode_record", "encode_batch",
-           "record_schema"]
+           "over_cap", "record_schema"]
 
 #: The envelope's version (the events inside carry their own, :data:`streams.events.SCHEMA_VERSION`).
 BATCH_SCHEMA_VERSION = 1
@@ -49,7 +60,7 @@ class EventBatch(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True, ser_json_inf_nan="constants")
 
-    schema_version: int = BATCH_SCHEMA_VERSION
+    schema_version: Int = BATCH_SCHEMA_VERSION
     events: list[Event] = Field(min_length=1)
 
 
@@ -94,33 +105,68 @@ def decode_record(value: bytes | None) -> Decoded:
     """Every event of one ``events`` record, and every bad one with its reason (module docstring)."""
     if value is None:
         return Decoded([], [BadEvent(b"", "undecodable event: the record has no value")])
+    over = len(value) > MAX_RECORD_BYTES  # the cap (module docstring)
     try:
-        return Decoded(_BATCH.validate_json(value).events, batch=True)  # 1.
+        events = _BATCH.validate_json(value).events  # 1.
+        return _within_cap(events) if over else Decoded(events, batch=True)
     except ValidationError as exc:
         errors = exc.errors()
     if any(e["loc"] == () or (e["loc"] == ("events",) and e["type"] == "missing") for e in errors):  # 2.
+        if (why := over_cap(value)) is not None:
+            return Decoded([], [BadEvent(bytes(value), why)])
         try:
             return Decoded([Event.model_validate_json(value)])
         except ValidationError as single:
             return Decoded([], [BadEvent(bytes(value), f"undecodable event: {_first_error(single)}")])
     if all(len(e["loc"]) >= 2 and e["loc"][0] == "events" and isinstance(e["loc"][1], int) for e in errors):
-        return _event_by_event(value)  # 3.
+        return _event_by_event(value, over)  # 3.
     envelope = next(e for e in errors if not (len(e["loc"]) >= 2 and e["loc"][0] == "events"))  # 4.
     where = ".".join(str(p) for p in envelope["loc"])
     return Decoded([], [BadEvent(bytes(value), f"undecodable event batch: {where}: {envelope['msg']}")], batch=True)
 
 
-def _event_by_event(value: bytes) -> Decoded:
-    """Slow path of a batch with bad events: each event validated alone, from its own JSON."""
+def over_cap(value: bytes) -> str | None:
+    """Why a record that is one record (an event, or any other topic's) is too large for a reader, or None."""
+    if len(value) <= MAX_RECORD_BYTES:
+        return None
+    return f"over the cap: a record of {len(value):,} bytes, more than the {MAX_RECORD_BYTES:,} a reader takes"
+
+
+def _over_cap(raw: bytes, i: int, n: int) -> BadEvent:
+    return BadEvent(raw, f"over the cap: event {i + 1} of a batch of {n} takes {len(raw):,} bytes, more than the "
+                         f"{MAX_RECORD_BYTES:,} a reader takes")
+
+
+def _within_cap(events: list[Event]) -> Decoded:
+    """A batch larger than the cap: its events within it, in order, and each one over it set aside alone."""
+    good: list[Event] = []
+    bad: list[BadEvent] = []
+    for i, event in enumerate(events):
+        raw = event.model_dump_json().encode()
+        if len(raw) > MAX_RECORD_BYTES:
+            bad.append(_over_cap(raw, i, len(events)))
+        else:
+            good.append(event)
+    return Decoded(good, bad, batch=True)
+
+
+def _event_by_event(value: bytes, over: bool = False) -> Decoded:
+    """Slow path of a batch with bad events: each event validated alone, from its own JSON (and, in a
+    batch over the cap, each one over it set aside)."""
     items: list[Any] = json.loads(value)["events"]
     good: list[Event] = []
     bad: list[BadEvent] = []
     for i, item in enumerate(items):
         raw = json.dumps(item, separators=(",", ":")).encode()
         try:
-            good.append(Event.model_validate_json(raw))
+            event = Event.model_validate_json(raw)
         except ValidationError as exc:
             bad.append(BadEvent(raw, f"undecodable event {i + 1} of a batch of {len(items)}: {_first_error(exc)}"))
+            continue
+        if over and len(written := event.model_dump_json().encode()) > MAX_RECORD_BYTES:
+            bad.append(_over_cap(written, i, len(items)))
+        else:
+            good.append(event)
     return Decoded(good, bad, batch=True)
 
 

@@ -19,6 +19,14 @@ verifiable across schema versions and languages:
   field added to the schema later does not change the bytes of a record that
   does not use it). ``null`` inside an array stays.
 
+And one condition: a record has a canonical form only as its schema reads it
+(:func:`check_schema`). RFC 8785 writes ``8`` and ``8.0`` alike, so the bytes
+cannot tell an integer from a float; the schema does (every integer field is
+strict, and so are a command's counts, ``streams.decisions.COUNT_PARAMS``). A
+record that holds ``8.0`` where its schema means a whole number -- built
+without validation, or changed after it -- is refused here, so it can neither
+be signed nor verify under a signature made over ``8`` (issue 27).
+
 Numbers are doubles to JCS: an integer beyond ±(2**53 - 1) is taken as the
 double nearest to it, exactly as a verifier in JavaScript or Go reads it.
 NaN and infinities never reach here (the schema writes them as ``null``).
@@ -32,9 +40,9 @@ import hashlib
 from typing import Any
 
 import rfc8785
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-__all__ = ["canonical_json", "record_bytes", "content_hash", "HASH_PREFIX"]
+__all__ = ["canonical_json", "check_schema", "record_bytes", "content_hash", "HASH_PREFIX"]
 
 HASH_PREFIX = "sha256:"
 _SAFE_INTEGER = 2**53 - 1
@@ -62,8 +70,20 @@ def canonical_json(data: Any) -> bytes:
         raise ValueError(f"not canonicalisable JSON: {exc}") from None
 
 
+def check_schema(record: BaseModel) -> None:
+    """Refuse (``ValueError``) a record its own schema would not read as it is: ``8.0`` in an integer field."""
+    try:
+        type(record).model_validate(record.model_dump(warnings=False))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(part) for part in err["loc"])
+        raise ValueError(f"{where}: {err['msg']} (the record does not hold to its schema: it has no canonical "
+                         "form)") from None
+
+
 def record_bytes(record: BaseModel) -> bytes:
     """The canonical bytes of ``record``: its JSON object without ``signature`` (what is signed)."""
+    check_schema(record)
     return canonical_json(record.model_dump(mode="json", exclude={"signature"}))
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from streams.ranges import UInt32
+from streams.ranges import Int, UInt32
 
 __all__ = [
     "CATEGORIES",
@@ -32,6 +32,7 @@ __all__ = [
     "DeadLetter",
     "StreamEnd",
     "Approval",
+    "COUNT_PARAMS",
 ]
 
 Category = Literal[
@@ -109,8 +110,8 @@ class RestartGate(_Model):
     waiting: list[GateWait] = Field(default_factory=list)
     excluded: list[GateExclusion] = Field(default_factory=list)
     # Past what one record holds (streams/bounds.py): how many more waits / exclusions the gate has.
-    waiting_more: int = 0
-    excluded_more: int = 0
+    waiting_more: Int = 0
+    excluded_more: Int = 0
 
 
 class Fault(_Model):
@@ -128,7 +129,7 @@ class Incident(_Model):
     ``gate`` and ``faults`` are additive (schema version 1 still): subscribers that do not know them
     ignore them."""
 
-    schema_version: int = 1
+    schema_version: Int = 1
     id: str
     job: str | None
     category: Category
@@ -147,6 +148,28 @@ class Incident(_Model):
     cut: str = ""
 
 
+#: The members of a command's ``params`` that are counts, by command type (a path of keys into them): each
+#: is a JSON integer when present, never ``8.0``, ``true`` or ``"8"`` (issue 27). RFC 8785 writes ``8.0`` as
+#: ``8``, so a signature over one covers the other, yet an executor that reads JSON numbers as they come sees a
+#: float: the Slurm backend dropped such a GPU count. Other params (a score, a threshold) stay the numbers they
+#: are, and other types' members of the same name may be other things (an ``open_ticket``'s ``gpus`` are ids).
+COUNT_PARAMS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "restart_job": (("gpus",), ("attempt",), ("capacity_known",), ("checkpoint", "step"),
+                    *(("sizing", key) for key in ("nproc_per_node", "nodes", "min_nodes", "max_nodes",
+                                                  "formable_nodes"))),
+}
+
+
+def _counts_are_integers(params: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> None:
+    for path in paths:
+        where: Any = params
+        for key in path[:-1]:
+            where = where.get(key) if isinstance(where, dict) else None
+        value = where.get(path[-1]) if isinstance(where, dict) else None
+        if value is not None and type(value) is not int:  # bool is an int to Python, not a count
+            raise ValueError(f"params.{'.'.join(path)} must be an integer, not {value!r}")
+
+
 class Target(_Model):
     job: str | None = None
     node: str | None = None
@@ -154,7 +177,7 @@ class Target(_Model):
 
 
 class Command(_Model):
-    schema_version: int = 1
+    schema_version: Int = 1
     id: str
     incident: str
     type: CommandType
@@ -170,11 +193,16 @@ class Command(_Model):
     expires_at: datetime | None = None
     signature: str | None = None
 
+    @model_validator(mode="after")
+    def _counts(self) -> Command:
+        _counts_are_integers(self.params, COUNT_PARAMS.get(self.type, ()))
+        return self
+
 
 class CommandResult(_Model):
     """What an executor reports for one command id."""
 
-    schema_version: int = 1
+    schema_version: Int = 1
     command: str
     status: Literal["done", "failed", "skipped_duplicate", "waiting_approval", "denied", "dry_run", "refused"]
     at: datetime
@@ -192,7 +220,7 @@ class Approval(_Model):
     operator's key, whose key id is ``by``.
     """
 
-    schema_version: int = 1
+    schema_version: Int = 1
     command: str
     decision: Literal["approve", "deny"]
     by: str
@@ -205,7 +233,7 @@ class Approval(_Model):
 class DeadLetter(_Model):
     """A record that could not be used, with why. Never silently dropped."""
 
-    schema_version: int = 1
+    schema_version: Int = 1
     stage: str
     reason: str
     raw: str
@@ -215,10 +243,10 @@ class DeadLetter(_Model):
 class StreamEnd(_Model):
     """Replay only: the correlator has judged every observation of a capture."""
 
-    schema_version: int = 1
+    schema_version: Int = 1
     end_of_stream: Literal[True] = True
-    events: int = 0  # records of the partition up to and including the marker (an event each, or a batch)
+    events: Int = 0  # records of the partition up to and including the marker (an event each, or a batch)
     seconds: float | None = None  # wall time the correlator spent on them
     cpu_seconds: float | None = None  # the worker process's CPU time over the same span (all its threads)
     cell: str | None = None  # the cell whose end-of-capture marker this answers (one marker per cell)
-    partition: int | None = None  # the events partition it came from; ``events`` counts that partition
+    partition: Int | None = None  # the events partition it came from; ``events`` counts that partition

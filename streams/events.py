@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from streams.identifiers import GpuId, JobId, NodeId
 from streams.launch import LaunchConfig
-from streams.ranges import Int32, Int64, NonNegInt32
+from streams.ranges import Int, Int32, Int64, NonNegInt32
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -101,7 +101,7 @@ class Xid(_Model):
     """An NVIDIA XID reported by the kernel driver (NVRM) or NVML events."""
 
     kind: Literal["xid"] = "xid"
-    code: int
+    code: Int
     gpu: GpuRef
     message: str = ""
 
@@ -131,16 +131,16 @@ class GpuMetrics(_Model):
     utilization_pct: float | None = None
     memory_used_mib: float | None = None
     memory_total_mib: float | None = None
-    ecc_sbe_volatile: int | None = None
-    ecc_dbe_volatile: int | None = None
-    ecc_sbe_aggregate: int | None = None
-    ecc_dbe_aggregate: int | None = None
-    retired_pages_sbe: int | None = None
-    retired_pages_dbe: int | None = None
-    remapped_rows_pending: int | None = None
-    remapped_rows_failure: int | None = None
+    ecc_sbe_volatile: Int | None = None
+    ecc_dbe_volatile: Int | None = None
+    ecc_sbe_aggregate: Int | None = None
+    ecc_dbe_aggregate: Int | None = None
+    retired_pages_sbe: Int | None = None
+    retired_pages_dbe: Int | None = None
+    remapped_rows_pending: Int | None = None
+    remapped_rows_failure: Int | None = None
     clocks_event_reasons: list[str] | None = None
-    pcie_replay_counter: int | None = None
+    pcie_replay_counter: Int | None = None
 
 
 class GpuSample(_Model):
@@ -156,19 +156,19 @@ class NcclTimeout(_Model):
     """ProcessGroupNCCL watchdog: a collective ran past its timeout."""
 
     kind: Literal["nccl_timeout"] = "nccl_timeout"
-    seq: int | None = None
+    seq: Int | None = None
     op_type: str | None = None
-    timeout_ms: int | None = None
-    ran_ms: int | None = None
+    timeout_ms: Int | None = None
+    ran_ms: Int | None = None
 
 
 class NcclProgress(_Model):
     """'Timeout at NCCL work: X, last enqueued NCCL work: Y, last completed NCCL work: Z'."""
 
     kind: Literal["nccl_progress"] = "nccl_progress"
-    timeout_at: int | None = None
-    last_enqueued: int | None = None
-    last_completed: int | None = None
+    timeout_at: Int | None = None
+    last_enqueued: Int | None = None
+    last_completed: Int | None = None
 
 
 class NcclError(_Model):
@@ -184,7 +184,7 @@ class CudaError(_Model):
 
 class CudaOom(_Model):
     kind: Literal["cuda_oom"] = "cuda_oom"
-    gpu_index: int | None = None
+    gpu_index: Int | None = None
     message: str = ""
 
 
@@ -200,7 +200,7 @@ class WorkerExit(_Model):
     """torchelastic reports a worker exit; ``exitcode < 0`` is death by signal."""
 
     kind: Literal["worker_exit"] = "worker_exit"
-    exitcode: int
+    exitcode: Int
     signal: str | None = None
     error: str | None = None
 
@@ -215,8 +215,8 @@ class RankAllocation(_Model):
 
 
 class Elasticity(_Model):
-    min_gpus: int
-    max_gpus: int
+    min_gpus: Int
+    max_gpus: Int
 
 
 class CheckpointPolicy(_Model):
@@ -227,12 +227,12 @@ class CheckpointPolicy(_Model):
 class JobStarted(_Model):
     kind: Literal["job_started"] = "job_started"
     allocation: list[RankAllocation] = Field(default_factory=list)
-    world_size: int | None = None
+    world_size: Int | None = None
     elastic: Elasticity | None = None
     checkpoint: CheckpointPolicy | None = None
     gpu_class: str | None = None
     owner: str | None = None
-    max_restarts: int | None = None
+    max_restarts: Int | None = None
 
 
 class JobEnded(_Model):
@@ -343,7 +343,7 @@ class EndOfCapture(_Model):
     """
 
     kind: Literal["end_of_capture"] = "end_of_capture"
-    lines: int = 0
+    lines: Int = 0
 
 
 Body = Annotated[
@@ -382,7 +382,7 @@ class Event(_Model):
     """One canonical event. ``id`` is stable for the same observation, so a
     re-sent line is recognised downstream as a duplicate."""
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Int = SCHEMA_VERSION
     id: str
     ts: datetime
     source: str

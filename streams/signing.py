@@ -40,7 +40,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from streams.canonical import canonical_json, content_hash, record_bytes
+from streams.canonical import canonical_json, check_schema, content_hash, record_bytes
 from streams.decisions import Approval, Command, CommandResult
 from streams.events import Event, OperatorAction
 
@@ -222,6 +222,7 @@ def verify_result(result: CommandResult, keys: SigningKeys) -> str | None:
 
 def _action_bytes(event: Event) -> bytes:
     """What an operator action's signature covers: the whole event (id, time, node, body) but the signature."""
+    check_schema(event)
     return canonical_json(event.model_dump(mode="json", exclude={"body": {"signature"}}))
 
 

@@ -26,7 +26,9 @@ What each command does:
   TresPerJob=gres/gpu:<class>:<count>``, ``release``, so the job cannot start
   again before the exclusion and the request for compatible replacements
   (``--gpus=<class>:<count>``: the job's GRES type, as many as its elasticity
-  allows) are in place (a failed update leaves it held, and says so). Excluded
+  allows) are in place (a failed update leaves it held, and says so). A GPU
+  count that is not a positive integer (``8.0``) is refused before anything
+  runs, with the reason, never dropped (issue 27). Excluded
   single GPUs need no job change: their nodes are drained by ``quarantine_gpu``.
   The batch script resumes from its newest checkpoint itself, as Slurm requeues
   restart it.
@@ -246,10 +248,13 @@ def _job_updates(cmd: Command) -> list[str]:
     if excluded:
         updates.append(f"ExcNodeList={','.join(excluded)}")
     cls, count = cmd.params.get("gpu_class"), cmd.params.get("gpus")
+    if count is not None and (type(count) is not int or count < 1):  # 8.0, true, "8", 0: never dropped silently
+        raise ExecutionError(f"restart_job: gpus {count!r} is not a positive integer: refused, nothing was run "
+                             "(a restart without the GPU count it was signed with would not be the one decided)")
     if cls:
         if not isinstance(cls, str) or not _GPU_CLASS.fullmatch(cls):
             raise ExecutionError(f"restart_job: gpu_class {cls!r} is not a GRES type name")
-        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+        if count is not None:
             updates.append(f"TresPerJob=gres/gpu:{cls}:{count}")
     return updates
 

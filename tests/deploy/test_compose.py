@@ -121,7 +121,7 @@ def test_every_stage_is_there_and_waits_for_the_topic_plan() -> None:
     assert services["sink"]["depends_on"]["clickhouse"]["condition"] == "service_healthy"
     assert services["correlator"]["command"] == ["faultline", "worker"]
     assert services["sink"]["command"] == ["faultline", "sink", "run"]
-    assert services["sink"]["environment"]["FAULTLINE_ARCHIVE"].startswith("http://faultline:")
+    assert services["sink"]["environment"]["FAULTLINE_ARCHIVE_FILE"] == "/run/secrets/archive_url"  # it has a password
     assert services["executor"]["command"][-1] == "--dry-run"  # the example's safe default
     assert services["correlator"]["environment"]["FAULTLINE_LIVE_CLOCK"] == "true"
     for stage in ("correlator", "sink", "executor"):  # served where prometheus.yml scrapes
@@ -223,8 +223,9 @@ def test_the_broker_requires_sasl_on_every_listener_and_has_an_authorizer() -> N
     listeners = env["KAFKA_LISTENERS"].split(",")
     assert {item.split(":")[0] for item in listeners} == set(protocols)
     assert "CONTROLLER://localhost:" in env["KAFKA_LISTENERS"]  # the controller: inside the container only
-    for name in protocols:
-        assert "PlainLoginModule required" in env[f"KAFKA_LISTENER_NAME_{name}_PLAIN_SASL_JAAS_CONFIG"], name
+    # Who may log in: one JAAS file's KafkaServer section, for every listener (test_no_service_takes_a_password...)
+    assert env["KAFKA_OPTS"] == "-Djava.security.auth.login.config=/run/secrets/kafka_server_jaas"
+    assert not [k for k in env if k.endswith("SASL_JAAS_CONFIG")]
     assert env["KAFKA_AUTHORIZER_CLASS_NAME"].endswith("StandardAuthorizer")
     assert env["KAFKA_SUPER_USERS"] == "User:faultline-admin"
     stages = _config()["services"]
@@ -275,3 +276,74 @@ def test_no_secret_is_on_a_command_line() -> None:
     for name, service in _config()["services"].items():
         command = " ".join(service.get("command") or [])
         assert "--url" not in command and "PASSWORD" not in command and "KEYS" not in command, (name, command)
+
+
+# A variable that holds a secret by its name, unless it names the file that holds it.
+_SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|JAAS|_KEYS?$|_KEYS?_|^FAULTLINE_ARCHIVE$")
+_STAGE_USERS = ("agent", "correlator", "sink", "executor", "operator")
+
+
+def test_no_service_takes_a_password_from_its_environment() -> None:
+    """Issue 27, item 6 (Compose): the faultline stages read their keys from files, but the broker's login
+    table (every Kafka user's password), ClickHouse's and Grafana's passwords and the sink's archive URL were
+    still container environment variables, which `docker inspect` shows. Now no service, infrastructure
+    included, has a password in its environment, its health check or its command: each reads it from a Docker
+    secret, through its image's documented file mechanism (the broker a JAAS file named by KAFKA_OPTS,
+    ClickHouse CLICKHOUSE_PASSWORD_FILE, Grafana GF_SECURITY_ADMIN_PASSWORD__FILE and $__file{} in its
+    provisioning, the sink FAULTLINE_ARCHIVE_FILE)."""
+    config = _config()
+    services, secrets = config["services"], config["secrets"]
+    example = _env_keys(ENV_EXAMPLE)
+    passwords = {k: v for k, v in example.items() if "PASSWORD" in k and v}
+    assert len(passwords) >= 9, passwords
+    for name, service in services.items():
+        env = {k: v or "" for k, v in (service.get("environment") or {}).items()}
+        for key, value in env.items():
+            assert not [k for k, p in passwords.items() if p in value], (name, key)
+            assert not _SECRET_NAME.search(key) or key.endswith("_FILE") or value == "", (name, key)
+        elsewhere = json.dumps([service.get("command"), service.get("entrypoint"), service.get("healthcheck")])
+        assert not [k for k, p in passwords.items() if p in elsewhere], name
+        for secret in service.get("secrets", []):
+            assert secret["target"] == f"/run/secrets/{secret['source']}", (name, secret)
+    # The broker: a JAAS file (KafkaServer, for every listener) made by compose from .env's passwords.
+    kafka = services["kafka"]
+    assert kafka["environment"]["KAFKA_OPTS"] == "-Djava.security.auth.login.config=/run/secrets/kafka_server_jaas"
+    assert {s["source"] for s in kafka["secrets"]} == {"kafka_server_jaas", "kafka_admin_password"}
+    assert secrets["kafka_server_jaas"]["environment"] == "KAFKA_SERVER_JAAS"
+    jaas = example["KAFKA_SERVER_JAAS"]
+    assert jaas.startswith("KafkaServer { org.apache.kafka.common.security.plain.PlainLoginModule required ")
+    assert jaas.endswith("; };") and 'password="${KAFKA_ADMIN_PASSWORD:?' in jaas
+    for user in _STAGE_USERS:
+        assert f'user_faultline-{user}="${{KAFKA_{user.upper()}_PASSWORD:?set KAFKA_{user.upper()}_PASSWORD' in jaas
+    assert "/run/secrets/kafka_admin_password" in " ".join(kafka["healthcheck"]["test"])
+    # ClickHouse: the image's CLICKHOUSE_PASSWORD_FILE; its first-start script reads the files too.
+    clickhouse = services["clickhouse"]
+    assert clickhouse["environment"]["CLICKHOUSE_PASSWORD_FILE"] == "/run/secrets/clickhouse_password"
+    assert clickhouse["environment"]["GRAFANA_CLICKHOUSE_PASSWORD_FILE"] == "/run/secrets/grafana_clickhouse_password"
+    assert {s["source"] for s in clickhouse["secrets"]} == {"clickhouse_password", "grafana_clickhouse_password"}
+    init = (COMPOSE.parent / "clickhouse" / "grafana-user.sh").read_text()
+    assert '"$CLICKHOUSE_PASSWORD_FILE"' in init and '"$GRAFANA_CLICKHOUSE_PASSWORD_FILE"' in init
+    assert "$CLICKHOUSE_PASSWORD " not in init and "${GRAFANA_CLICKHOUSE_PASSWORD}" not in init
+    # Grafana: GF_<SECTION>_<KEY>__FILE, and its data source's password through Grafana's $__file{} expander.
+    grafana = services["grafana"]
+    assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD__FILE"] == "/run/secrets/grafana_admin_password"
+    assert {s["source"] for s in grafana["secrets"]} == {"grafana_admin_password", "grafana_clickhouse_password"}
+    datasource = yaml.safe_load((REPO / "deploy" / "grafana" / "provisioning" / "datasources" / "clickhouse.yaml")
+                                .read_text())["datasources"][0]
+    assert datasource["secureJsonData"]["password"] == "$__file{/run/secrets/grafana_clickhouse_password}"
+    # The sink: its archive URL (which carries ClickHouse's password) from a file, made from .env's password.
+    assert services["sink"]["environment"]["FAULTLINE_ARCHIVE_FILE"] == "/run/secrets/archive_url"
+    assert secrets["archive_url"]["environment"] == "FAULTLINE_ARCHIVE_URL"
+    assert example["FAULTLINE_ARCHIVE_URL"].startswith("http://faultline:${CLICKHOUSE_PASSWORD:?")
+    for key, var in (("clickhouse_password", "CLICKHOUSE_PASSWORD"), ("grafana_admin_password", "GRAFANA_ADMIN_PASSWORD"),
+                     ("grafana_clickhouse_password", "GRAFANA_CLICKHOUSE_PASSWORD")):
+        assert secrets[key]["environment"] == var, key
+
+
+def test_a_missing_kafka_password_is_refused(tmp_path: Path) -> None:
+    """The broker's login table names every stage's user: compose refuses to start without one's password."""
+    env = tmp_path / "env"
+    env.write_text("\n".join(line for line in ENV_EXAMPLE.read_text().splitlines()
+                             if not line.startswith("KAFKA_SINK_PASSWORD=")))
+    done = _run("config", "--quiet", env_file=env)
+    assert done.returncode != 0 and "set KAFKA_SINK_PASSWORD" in done.stderr

@@ -149,8 +149,10 @@ def test_datasource_points_the_clickhouse_plugin_at_a_server_from_the_environmen
     assert ds["type"] == PLUGIN
     data, secure = ds["jsonData"], ds["secureJsonData"]
     assert data["protocol"] in ("http", "native") and isinstance(data["port"], int)
-    for value in (data["host"], data["username"], secure["password"]):
+    for value in (data["host"], data["username"]):
         assert re.fullmatch(r"\$\{[A-Z_]+\}", value), value  # substituted by Grafana from its environment
+    # The password from a file (a Docker or Kubernetes secret), never the environment (issue 27).
+    assert re.fullmatch(r"\$__file\{/run/secrets/[a-z_]+\}", secure["password"]), secure["password"]
     assert "password" not in data  # secrets only in secureJsonData
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from sinks.archive import Archive
 from sinks.archive_sink import ArchiveSink
+from streams import events as ev
 from streams.batch import encode_batch
 from streams.topics import topic_name
 
@@ -69,3 +70,36 @@ def test_records_consumed_while_joining_the_group_are_archived(
     assert consumer.consumed == 1, "the record came while joining"
     assert sink.drain(timeout_s=60) == len(sample.events)
     assert archive.count("events") == len(sample.events)
+
+
+def test_a_compressed_record_over_the_cap_is_a_dead_letter_never_an_archived_row(
+        kafka_bootstrap: str, namespace: str, sink_for: Callable[[str], ArchiveSink], archive: Archive,  # noqa: F811
+        sample: Sample) -> None:
+    """Issue 27, item 6: a 10 MB record that compresses to a few KB passes the broker's limit (it counts
+    compressed bytes); the sink archived it whole and `faultline incident` printed it. Now a record over the
+    cap of what faultline publishes (:data:`streams.bounds.MAX_RECORD_BYTES`), on the events topic or any
+    other the sink reads, is a dead letter with the reason, and the records around it are archived as ever."""
+    from confluent_kafka import Producer
+
+    from streams.bounds import MAX_RECORD_BYTES
+    from streams.decisions import DeadLetter
+
+    first = sample.events[0]
+    padded = first.model_copy(update={"id": "padded", "source": "kernel", "body": ev.Xid(
+        code=79, gpu=ev.GpuRef(index=0), message="\x1b]0;owned\x07" + "A" * 10 * 1024 * 1024)})
+    huge = padded.model_dump_json().encode()
+    letter = DeadLetter(stage="agent", reason="x" * 10 * 1024 * 1024, raw="", at=first.ts).model_dump_json().encode()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "compression.type": "zstd",
+                         "message.max.bytes": 32 * 1024 * 1024})
+    producer.produce(topic_name(namespace, "events"), value=huge)
+    producer.produce(topic_name(namespace, "events"), value=_raw(sample, 1))
+    producer.produce(topic_name(namespace, "deadletters"), value=letter)
+    assert producer.flush(30) == 0
+    assert sink_for("a").drain(timeout_s=60) == 3  # one event row, two dead letters
+    assert [r["id"] for r in archive.query("SELECT id FROM events FINAL")] == [sample.events[1].id]
+    letters = archive.query("SELECT stage, reason, raw FROM deadletters FINAL ORDER BY stage")
+    assert [r["stage"] for r in letters] == [f"archive-sink:{topic_name(namespace, s)}" for s in ("deadletters", "events")]
+    assert [r["reason"] for r in letters] == [
+        f"over the cap: a record of {len(v):,} bytes, more than the {MAX_RECORD_BYTES:,} a reader takes"
+        for v in (letter, huge)]
+    assert all(len(r["raw"]) <= MAX_RECORD_BYTES for r in letters)

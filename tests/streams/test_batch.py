@@ -12,6 +12,7 @@ from jsonschema import Draft202012Validator
 
 from streams import events as ev
 from streams.batch import EventBatch, decode_record, encode_batch
+from streams.bounds import MAX_RECORD_BYTES
 from streams.export import topic_schema
 
 T = datetime(2026, 4, 22, 3, 0, tzinfo=UTC)
@@ -111,3 +112,42 @@ def test_the_events_topic_schema_takes_both_shapes_and_nothing_else() -> None:
 def test_encode_refuses_an_empty_batch() -> None:
     with pytest.raises(ValueError):
         encode_batch([])
+
+
+# --- issue 27, item 6: the cap readers can show --------------------------------------------------------------
+
+
+def _huge(i: int, size: int) -> ev.Event:
+    """An event of about ``size`` bytes: a kernel line's message that compresses to almost nothing."""
+    return ev.Event(id=f"huge{i}", ts=T, source="kernel", node="n1",
+                    body=ev.Xid(code=79, gpu=ev.GpuRef(index=0), message="\x1b[2J" + "A" * size))
+
+
+def test_a_record_over_the_cap_is_one_bad_record_never_an_event() -> None:
+    """A compressible 10 MB record passes the broker's limit (which counts compressed bytes) and was read and
+    archived whole (`faultline incident` printed 90 MB); no reader takes an event over the cap of what is
+    published (:data:`streams.bounds.MAX_RECORD_BYTES`) any more."""
+    raw = _raw(_huge(1, 10 * 1024 * 1024))
+    decoded = decode_record(raw)
+    assert decoded.events == [] and not decoded.batch
+    [bad] = decoded.bad
+    assert bad.raw == raw and bad.reason == (
+        f"over the cap: a record of {len(raw):,} bytes, more than the {MAX_RECORD_BYTES:,} a reader takes")
+    at_cap = _huge(2, 0)
+    at_cap = _huge(2, MAX_RECORD_BYTES - len(_raw(at_cap)))
+    assert len(_raw(at_cap)) == MAX_RECORD_BYTES and decode_record(_raw(at_cap)).events == [at_cap]
+
+
+def test_an_event_over_the_cap_in_a_batch_is_set_aside_alone() -> None:
+    """A batch may be larger than the cap (an agent packs up to 256 KiB of events); each of its events may not."""
+    small = [_event(i) for i in range(2000)]
+    assert len(encode_batch([_raw(e) for e in small])) > MAX_RECORD_BYTES
+    assert decode_record(encode_batch([_raw(e) for e in small])).events == small  # a large batch of small events
+    huge = _huge(3, MAX_RECORD_BYTES)
+    for raws, good in (([_raw(small[0]), _raw(huge), _raw(small[1])], small[:2]),
+                       ([_raw(small[0]), _raw(huge), BAD], small[:1])):  # with an undecodable one as well
+        decoded = decode_record(encode_batch(raws))
+        assert decoded.events == good and decoded.batch
+        over = [b for b in decoded.bad if b.reason.startswith("over the cap")]
+        assert len(over) == 1 and json.loads(over[0].raw)["id"] == "huge3"
+        assert over[0].reason.startswith(f"over the cap: event 2 of a batch of 3 takes {len(_raw(huge)):,} bytes")

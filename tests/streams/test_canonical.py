@@ -89,3 +89,28 @@ def test_a_records_bytes_leave_out_its_signature_and_null_members() -> None:
         b'"target":{"node":"n03"},"type":"cordon_node"}')
     assert content_hash(cmd).startswith("sha256:") and content_hash(cmd) == content_hash(signed)
     assert content_hash(cmd) != content_hash(cmd.model_copy(update={"target": Target(node="n04")}))
+
+
+def test_a_record_holding_a_float_where_its_schema_means_an_integer_has_no_canonical_form() -> None:
+    """Issue 27, item 6: RFC 8785 writes ``8`` and ``8.0`` alike, so the canonical form cannot tell them apart
+    by itself; a record is canonicalised (signed, verified, hashed) only as its schema reads it, and one that
+    holds ``8.0`` where the schema means a whole number -- built without validation, or changed after it --
+    has no canonical form at all."""
+    from streams.events import Event, TrainStep
+
+    assert canonical_json({"n": 8}) == canonical_json({"n": 8.0})  # why the record's schema must decide
+    t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    cmd = Command(id="c1", incident="i1", type="restart_job", target=Target(job="llm"), issued_at=t,
+                  params={"gpus": 8, "gpu_class": "h100", "score": 1.0})
+    assert b'"gpus":8,' in record_bytes(cmd) and b'"score":1}' in record_bytes(cmd)  # a float param stays a number
+    forged = cmd.model_copy(deep=True)
+    forged.params["gpus"] = 8.0
+    for canonicalise in (record_bytes, content_hash):
+        with pytest.raises(ValueError, match=r"params\.gpus must be an integer"):
+            canonicalise(forged)
+    event = Event(id="e1", ts=t, source="trainer", node="n1", rank=8, body=TrainStep(step=8))
+    record_bytes(event)
+    for changed in (event.model_copy(update={"rank": 8.0}),
+                    event.model_copy(update={"body": TrainStep.model_construct(step=8.0)})):
+        with pytest.raises(ValueError, match="integer"):
+            record_bytes(changed)

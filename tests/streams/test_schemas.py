@@ -6,9 +6,10 @@ import json
 import math
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from streams import events as ev
 from streams.decisions import Command, Culprit, Incident, Target
@@ -131,3 +132,68 @@ def test_exported_schemas_name_their_dialect_and_have_a_uri_id(tmp_path: Path) -
     events = json.loads((tmp_path / "events.schema.json").read_text())
     record = json.loads(Event(id="e1", ts=T, source="node_agent", node="n1", body=AgentHeartbeat()).model_dump_json())
     Draft202012Validator(events).validate(record)  # and it accepts what the producers write
+
+
+# --- issue 27, item 6: an integer is an integer ----------------------------------------------------------------
+
+_EVENT = {"id": "e1", "ts": "2026-04-22T03:00:00Z", "source": "test", "node": "n1"}
+_FLOATS_IN_INTEGER_FIELDS = [  # (model, record): a JSON float where the schema means a whole number
+    (ev.Event, {**_EVENT, "schema_version": 1.0, "body": {"kind": "agent_heartbeat"}}),
+    (ev.Event, {**_EVENT, "body": {"kind": "xid", "code": 79.0, "gpu": {"index": 0}}}),
+    (ev.Event, {**_EVENT, "body": {"kind": "worker_exit", "exitcode": 1.0}}),
+    (ev.Event, {**_EVENT, "body": {"kind": "job_started", "world_size": 8.0}}),
+    (ev.Event, {**_EVENT, "body": {"kind": "job_started", "elastic": {"min_gpus": 8.0, "max_gpus": 16}}}),
+    (ev.Event, {**_EVENT, "body": {"kind": "gpu_sample", "gpu": {"index": 0}, "metrics": {"ecc_dbe_volatile": 2.0}}}),
+    (ev.Event, {**_EVENT, "body": {"kind": "nccl_timeout", "seq": 5.0}}),
+    (ev.Event, {**_EVENT, "body": {"kind": "cuda_oom", "gpu_index": 5.0}}),
+    (Incident, {"schema_version": 1.0, "id": "i", "job": None, "category": "gpu_off_bus", "culprit": {},
+                "opened_at": "2026-04-22T03:00:00Z", "severity": "page", "state": "open"}),
+]
+
+
+@pytest.mark.parametrize("model,record", _FLOATS_IN_INTEGER_FIELDS, ids=lambda x: str(x)[:60])
+def test_every_integer_field_refuses_a_float(model: type[BaseModel], record: dict[str, Any]) -> None:
+    """Issue 27, item 6: ``8.0`` where a whole number is meant is refused on arrival, never read as ``8``."""
+    with pytest.raises(ValidationError, match="integer"):
+        model.model_validate_json(json.dumps(record))
+    exact = json.loads(json.dumps(record).replace(".0,", ",").replace(".0}", "}"))
+    model.model_validate_json(json.dumps(exact))  # the same record with the integer: accepted
+
+
+_RESTART = {"id": "c1", "incident": "i1", "type": "restart_job", "target": {"job": "llm"},
+            "issued_at": "2026-04-22T03:00:00Z",
+            "params": {"gpus": 8, "gpu_class": "h100", "attempt": 1, "capacity_known": 64,
+                       "checkpoint": {"path": "/ck/1", "step": 1200},
+                       "sizing": {"nproc_per_node": 8, "nodes": 1, "min_nodes": 1, "max_nodes": 2, "formable_nodes": 1},
+                       "score": 1.0}}
+
+
+def _with(path: tuple[str, ...], value: object) -> dict[str, Any]:
+    record = json.loads(json.dumps(_RESTART))
+    where = record["params"]
+    for key in path[:-1]:
+        where = where[key]
+    where[path[-1]] = value
+    return record
+
+
+@pytest.mark.parametrize("path", [("gpus",), ("attempt",), ("capacity_known",), ("checkpoint", "step"),
+                                  ("sizing", "nproc_per_node"), ("sizing", "nodes"), ("sizing", "min_nodes"),
+                                  ("sizing", "max_nodes"), ("sizing", "formable_nodes")])
+@pytest.mark.parametrize("value", [8.0, 8.5, True, "8"])
+def test_a_commands_counts_are_integers(path: tuple[str, ...], value: object) -> None:
+    """A count a command's params carry (the GPUs a restart asks for, its attempt, its checkpoint's step...) is a
+    JSON integer: ``8.0``, ``true`` or ``"8"`` is refused, saying which member, instead of reaching an executor
+    that reads ``8.0`` otherwise than ``8`` (the Slurm backend dropped such a GPU count)."""
+    assert Command.model_validate_json(json.dumps(_RESTART)).params["gpus"] == 8
+    with pytest.raises(ValidationError, match=rf"params\.{'.'.join(path)} must be an integer"):
+        Command.model_validate_json(json.dumps(_with(path, value)))
+    with pytest.raises(ValidationError, match="must be an integer"):  # built in Python as well
+        Command.model_validate(_with(path, value))
+
+
+def test_other_params_keep_their_numbers_as_they_are() -> None:
+    """Only counts are held to integers: a score or a threshold stays the number it is (``1.0`` included)."""
+    cmd = Command.model_validate_json(json.dumps(_RESTART))
+    assert cmd.params["score"] == 1.0 and isinstance(cmd.params["score"], float)
+    assert Command.model_validate_json(json.dumps(_with(("checkpoint",), None))).params["checkpoint"] is None

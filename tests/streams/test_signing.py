@@ -177,3 +177,23 @@ def test_integer_fields_refuse_floats_so_8_and_8_0_cannot_both_be_read() -> None
         with pytest.raises(ValidationError, match="integer"):
             Event.model_validate_json(bad)
     assert canonical_json({"n": 8}) == canonical_json({"n": 8.0})  # why the schema must decide
+
+
+def test_a_signed_count_changed_to_a_float_is_refused_not_read_alike() -> None:
+    """Issue 27, item 6: a signature over ``"gpus": 8`` does not cover ``"gpus": 8.0`` (which the Slurm backend
+    read otherwise): on the bus the schema refuses it; a record changed past the schema fails verification."""
+    from pydantic import ValidationError
+
+    restart = Command(id="cmd-2", incident="inc-1", type="restart_job", target=Target(job="llm"), issued_at=NOW,
+                      params={"gpus": 8, "gpu_class": "h100"})
+    signed = sign(restart, KEYS, NOW, timedelta(hours=1))
+    assert verify(signed, KEYS, NOW) is None
+    wire = signed.model_dump_json().replace('"gpus":8,', '"gpus":8.0,')
+    assert '"gpus":8.0' in wire
+    with pytest.raises(ValidationError, match=r"params\.gpus must be an integer"):
+        Command.model_validate_json(wire)
+    changed = signed.model_copy(deep=True)
+    changed.params["gpus"] = 8.0
+    assert (verify(changed, KEYS, NOW) or "").startswith("bad signature: ")
+    with pytest.raises(ValueError, match="must be an integer"):
+        sign(changed, KEYS, NOW, timedelta(hours=1))

@@ -135,3 +135,33 @@ async def test_an_end_of_capture_on_a_live_topic_is_dead_lettered_and_ends_nothi
     replay = JudgeRig(log, namespace="prod.replay-0123456789")  # where a capture does end
     await replay.feed(range(len(log)))
     assert [s for s in replay.producer.sent if s.suffix == "control"] != []
+
+
+def _xid(log: list[tuple[bytes, bytes]]) -> int:
+    return next(i for i, (_, v) in enumerate(log) if Event.model_validate_json(v).body.kind == "xid")
+
+
+async def test_a_record_over_the_cap_is_dead_lettered_and_never_judged() -> None:
+    """Issue 27, item 6: an XID whose kernel line was padded to 10 MB (a compressible record the broker
+    takes) went into the engine and the archive whole. Now it is dead-lettered with the reason and counted,
+    and the decisions are those of the log without it; the same XID at its own size is judged as ever."""
+    from streams.bounds import MAX_RECORD_BYTES
+
+    at = _xid(LOG)
+    key, value = LOG[at]
+    xid = Event.model_validate_json(value)
+    padded = xid.model_copy(update={"body": xid.body.model_copy(update={"message": "A" * 10 * 1024 * 1024})})
+    huge = padded.model_dump_json().encode()
+    log = LOG[:at] + [(key, huge)] + LOG[at + 1:]
+    without = decision_ids(judged_all(LOG[:at] + LOG[at + 1:]))
+    assert without != ALL  # the XID decides something: judged, it would show
+    dead = m.DEAD_LETTERS.labels("correlator")._value.get()
+    rig = JudgeRig(log)
+    await rig.feed(range(len(log)))
+    assert rig.published() == without
+    assert m.DEAD_LETTERS.labels("correlator")._value.get() == dead + 1
+    [letter] = [s.value for s in rig.producer.sent if s.suffix == "deadletters"]
+    assert len(letter) <= MAX_RECORD_BYTES
+    assert (f"over the cap: a record of {len(huge):,} bytes, more than the {MAX_RECORD_BYTES:,} a reader "
+            "takes").encode() in letter
+    assert rig.held.get(0).position == len(log) - 1  # and the partition went on past it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -214,3 +215,29 @@ def test_gpu_class_and_exclusions_in_one_update_and_a_bad_class_is_refused() -> 
         SlurmBackend(run).execute(command("c2", "restart_job", node=None, job="77",
                                           params={"gpu_class": "a100 --uid=0", "gpus": 8}))
     assert len(calls) == 3  # refused before anything ran
+
+
+@pytest.mark.parametrize("count", [8.0, 8.5, 0, -8, True, "8"])
+def test_a_gpu_count_that_is_not_a_positive_integer_is_refused_not_dropped(count: object) -> None:
+    """Issue 27, item 6: a restart whose GPU count arrived as ``8.0`` (or anything but a positive integer) was
+    run without the count, silently. The schema refuses ``8.0``, ``true`` and ``"8"`` on arrival; should one
+    reach the backend anyway, or a count of 0, nothing runs and the command's result says why."""
+    calls: list[list[str]] = []
+
+    def run(args: Sequence[str]) -> str:
+        calls.append(list(args))
+        return ""
+
+    backend = SlurmBackend(run)
+    why = rf"restart_job: gpus {re.escape(repr(count))} is not a positive integer: refused, nothing was run"
+    if type(count) is int:  # a count the schema takes: through the executor, to the command's result
+        cmd = command("c1", "restart_job", node=None, job="77", params={"gpu_class": "a100", "gpus": count})
+        result = Executor(backend, ResultLedger(None)).handle(cmd, datetime.now(UTC))
+        assert result.status == "failed" and re.match(why, result.detail), result.detail
+    else:  # past the schema: what a backend must not take for a count either
+        cmd = command("c1", "restart_job", node=None, job="77", params={"gpu_class": "a100", "gpus": 8})
+        cmd.params["gpus"] = count
+        for way in (backend.plan, backend.execute):
+            with pytest.raises(ExecutionError, match=why):
+                way(cmd)
+    assert calls == []  # not requeued without the count: not requeued at all
