@@ -14,6 +14,8 @@ from typing import Any
 
 from rich.console import Console
 
+from faultline.deadletter_view import COLUMNS as DEADLETTER_COLUMNS
+from faultline.deadletter_view import deadletter_groups
 from faultline.story import Entry, gate_lines, group, story
 from faultline.terminal import Column, human_time, make_console, plural, print_table
 from producers.spool.losses import SPOOL_STAGE
@@ -22,6 +24,8 @@ from sinks.archive.store import Archive
 __all__ = ["status_data", "print_status", "incident_data", "print_incident", "job_incidents"]
 
 _OPEN = "state NOT IN ('resolved', 'closed')"
+#: The dead letters' reasons ``status`` shows, newest first (``faultline deadletters`` lists them all).
+STATUS_REASONS = 5
 
 
 def status_data(archive: Archive) -> dict[str, Any]:
@@ -50,7 +54,7 @@ def status_data(archive: Archive) -> dict[str, Any]:
                                  "ORDER BY at DESC LIMIT 10", {"stage": SPOOL_STAGE})
     return {"open_incidents": incidents, "quarantined_gpus": fenced, "cordoned_nodes": cordoned,
             "waiting_for_approval": waiting, "dead_letters": archive.count("deadletters"), "sources": sources,
-            "spool_losses": spool_losses}
+            "spool_losses": spool_losses, "dead_letter_reasons": deadletter_groups(archive, limit=STATUS_REASONS)}
 
 
 def print_status(data: dict[str, Any], console: Console | None = None) -> None:
@@ -74,10 +78,21 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
     for title, key, columns in sections:
         rows = data[key]
         print_table(c, f"{title} ({len(rows)})", rows, columns)
-    c.print(f"dead letters: {data['dead_letters']}", markup=False)
+    _print_dead_letters(c, data)
     if data["waiting_for_approval"]:
         c.print("next: review each command above, then `faultline approve ID` or `faultline deny ID --reason ...`",
                 markup=False)
+
+
+def _print_dead_letters(c: Console, data: dict[str, Any]) -> None:
+    """The count, and the newest reasons with where to read the rest."""
+    reasons = data.get("dead_letter_reasons") or []
+    if not reasons:
+        c.print(f"dead letters: {data['dead_letters']}", markup=False)
+        return
+    print_table(c, f"Dead letters ({data['dead_letters']}; the newest {plural(len(reasons), 'reason')})", reasons,
+                DEADLETTER_COLUMNS)
+    c.print("every reason, with filters: `faultline deadletters`", markup=False)
 
 
 def incident_data(archive: Archive, incident_id: str) -> dict[str, Any] | None:
