@@ -53,6 +53,12 @@ def register(add: Add) -> None:
     o.add_argument("--top", type=int, default=20, help="lemons: how many GPUs and nodes to list (default 20)")
     o.set_defaults(run=_report)
 
+    ap = add("approvals", "Every command an executor holds for a person: what it does, why, until when, and the "
+             "line that approves it.", "faultline approvals --json")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+    ap.add_argument("--namespace", help=_NAMESPACE_HELP)
+    ap.set_defaults(run=_approvals)
+
     d = add("deadletters", "Why records were set aside: reasons, the stage that set them aside, counts, newest first.",
             "faultline deadletters --since 1h --source archive-sink")
     d.add_argument("--since", help="dead letters from then on: a duration back from now (30m, 12h, 7d) or an ISO "
@@ -126,6 +132,23 @@ def _lemons(args: argparse.Namespace, settings: Settings, since: datetime | None
     return 0
 
 
+def _topic_namespace(args: argparse.Namespace, settings: Settings) -> str | None:
+    """The namespace an approve line must name: the one read, when it is not FAULTLINE_NAMESPACE's."""
+    return args.namespace if args.namespace and args.namespace != settings.namespace else None
+
+
+def _approvals(args: argparse.Namespace, settings: Settings) -> int:
+    from faultline.approval_view import approval_rows, print_approvals
+    from faultline.preflight import open_archive
+    from faultline.terminal import to_json
+
+    with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
+                      create=False) as archive:
+        rows = approval_rows(archive, namespace=_topic_namespace(args, settings))
+    print(to_json({"waiting_for_approval": rows})) if args.json else print_approvals(rows)
+    return 0
+
+
 def _operator_view(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.operator_views import (
         incident_data,
@@ -141,7 +164,7 @@ def _operator_view(args: argparse.Namespace, settings: Settings) -> int:
     with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
                       create=False) as archive:
         if args.cmd == "status":
-            data = {**status_data(archive), "dev_mode": settings.dev_mode}
+            data = {**status_data(archive, _topic_namespace(args, settings)), "dev_mode": settings.dev_mode}
             if settings.dev_mode and not args.json:
                 print(_DEV_MODE_BANNER)
             print(to_json(data)) if args.json else print_status(data)

@@ -11,7 +11,7 @@ import pytest
 from faultline.cli import EXAMPLES, _parser, main, package_version
 from faultline.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE
 
-PRINTING = ["replay", "backtest", "demo", "status", "incident", "timeline", "report", "deadletters", "quarantine", "release", "approve", "deny",
+PRINTING = ["replay", "backtest", "demo", "status", "incident", "timeline", "report", "deadletters", "approvals", "quarantine", "release", "approve", "deny",
             "schemas", "broker", "topics", "acls", "bench"]
 """Every command that prints a result; the others (worker, sink, executor, agent, capture) run until stopped
 and only log."""
