@@ -18,6 +18,7 @@ not interpreted, and JSON escapes them (``\u001b``, ``\u202e``) while keeping th
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import sys
@@ -141,12 +142,19 @@ def make_console(stderr: bool = False, file: TextIO | None = None) -> Console:
 
 @cache
 def _safe_console() -> type[Console]:
-    """A rich console that prints every string it is given terminal-safe (tables' cells are safe already)."""
+    """A rich console that prints every string it is given terminal-safe (tables' cells are safe already), and
+    whose broken pipe is a :class:`BrokenPipeError` like any other write's."""
     from rich.console import Console
 
     class SafeConsole(Console):
         def print(self, *objects: Any, **kwargs: Any) -> None:
             super().print(*(terminal_safe(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+        def on_broken_pipe(self) -> None:
+            """The reader of the pipe left: raised for :func:`faultline.cli.main` to exit 141, as every other
+            write does (rich's own exits 1)."""
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "the reader of the output left")
 
     return SafeConsole
 

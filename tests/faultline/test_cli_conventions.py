@@ -40,7 +40,7 @@ def test_help_documents_the_exit_statuses(capsys: pytest.CaptureFixture[str]) ->
     with pytest.raises(SystemExit):
         main(["--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "0 success" in out and "1 failure" in out and "2 usage" in out and "69 a dependency" in out
+    assert "0 success" in out and "1 failure" in out and "2 usage" in out and "69 a dependency" in out and "141 the reader" in out
 
 
 def test_verbose_is_taken_before_or_after_the_subcommand() -> None:
@@ -156,3 +156,23 @@ def test_nothing_is_published_when_a_check_fails(kafka_bootstrap: str, capture: 
     assert main(["replay", str(capture)]) == EXIT_UNAVAILABLE
     topics = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
     assert not [t for t in topics if t.startswith(unique_name)]  # no replay namespace was even created
+
+
+@pytest.mark.parametrize("argv", [["report"], ["report", "--json"], ["status"]])
+def test_a_reader_that_leaves_is_exit_141(argv: list[str], tmp_path: Path) -> None:
+    """``faultline report | head -1``: the pipe's reader has gone before the command writes; the status is the
+    documented 141 (128 + SIGPIPE), not rich's 1, and nothing is said about it."""
+    import os
+    import subprocess
+    import sys
+
+    from faultline.errors import EXIT_BROKEN_PIPE
+
+    read, write = os.pipe()
+    os.close(read)  # the reader left before the first line: every write fails, whatever the timing
+    env = {**os.environ, "FAULTLINE_ARCHIVE": f"chdb://{tmp_path / 'archive'}", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-m", "faultline.cli", *argv], stdout=write, stderr=subprocess.PIPE,
+                          env=env, timeout=120, check=False)
+    os.close(write)
+    assert done.returncode == EXIT_BROKEN_PIPE, done.stderr.decode()
+    assert done.stderr == b""
