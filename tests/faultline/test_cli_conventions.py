@@ -68,6 +68,7 @@ def test_a_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     ("FAULTLINE_LIVE_CLOCK", "maybe", "FAULTLINE_LIVE_CLOCK: expected true or false"),
     ("FAULTLINE_KAFKA_SECURITY_PROTOCOL", "TLS", "FAULTLINE_KAFKA_SECURITY_PROTOCOL: unknown Kafka security protocol"),
     ("FAULTLINE_CELL", "a b", "FAULTLINE_CELL: cell name 'a b' must be"),
+    ("FAULTLINE_KAFKA", "garbage!!", "FAULTLINE_KAFKA: expected host:port"),
 ])
 def test_a_bad_setting_is_one_line_naming_it_and_the_expected_form(var: str, value: str, says: str,
                                                                     monkeypatch: pytest.MonkeyPatch,
