@@ -140,7 +140,7 @@ def _main(argv: list[str] | None) -> int:
     except Exception as exc:  # a person reads this: say what went wrong; -v shows where
         if verbose:
             raise
-        hint = install_hint(exc) if isinstance(exc, ModuleNotFoundError) else None  # a role left out
+        hint = install_hint(exc, args.cmd) if isinstance(exc, ModuleNotFoundError) else None  # a role left out
         if hint:
             print(f"faultline {args.cmd}: {hint}", file=sys.stderr)
             return EXIT_FAILURE
