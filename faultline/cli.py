@@ -1,7 +1,8 @@
 """The `faultline` command: the parser and the dispatch; each subcommand lives in :mod:`faultline.commands`.
 
 Conventions every subcommand keeps: ``-v``/``--verbose`` before or after the subcommand, ``--json``
-on every command that prints a result (one JSON object, times in RFC 3339), ``--version``, and the
+on every command that prints a result (one JSON object, times in one RFC 3339 form:
+:func:`common.times.rfc3339`), ``--version``, and the
 exit statuses of :mod:`faultline.errors` (0 success, 1 failure, 2 usage, 69 a dependency
 unreachable, 130 interrupted). An error is one line on standard error that says what to do next;
 ``-v`` shows the traceback too.
