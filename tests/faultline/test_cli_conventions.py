@@ -142,6 +142,7 @@ def test_a_capture_whose_every_line_is_bad_fails(kafka_bootstrap: str, tmp_path:
     assert main(["replay", str(bad), "--json"]) == EXIT_FAILURE
     captured = capsys.readouterr()
     assert "every line of" in captured.err and "3 dead letters" in captured.err
+    assert f"`faultline deadletters --namespace {unique_name}.replay-" in captured.err  # where the reasons are
     assert captured.out.strip() == '{"incidents": [], "commands": []}'
 
 
