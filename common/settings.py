@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -40,6 +41,8 @@ class MissingKeys(RuntimeError):
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
+# One bootstrap server: a host name or IPv4 address, or an IPv6 address in brackets, and an optional port.
+_BOOTSTRAP_SERVER = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})|\[[0-9A-Fa-f:.]+\])(?::(\d{1,5}))?")
 
 
 def default_data_dir(root: Path = REPO_ROOT) -> Path:
@@ -197,6 +200,18 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, v: object) -> object:
         """``FAULTLINE_POLICY=`` (empty, as compose files write it) means unset, not the current directory."""
         return None if v == "" else v
+
+    @field_validator("kafka", mode="after")
+    @classmethod
+    def _bootstrap_list(cls, v: str | None) -> str | None:
+        """``host[:port],...`` and nothing else (``garbage!!`` fails here, naming the setting, not at the broker)."""
+        for server in (v or "").split(",") if v is not None else ():
+            m = _BOOTSTRAP_SERVER.fullmatch(server)
+            if m is None or (m.group(1) is not None and not 0 < int(m.group(1)) < 65536):
+                which = f" ({server!r} is not)" if "," in (v or "") else ""
+                raise ValueError(f"expected host:port[,host:port...], each a host name or address and a port from 1 "
+                                 f"to 65535{which}")
+        return v
 
     @field_validator("kafka_security_protocol", mode="after")
     @classmethod

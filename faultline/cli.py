@@ -1,7 +1,8 @@
 """The `faultline` command: the parser and the dispatch; each subcommand lives in :mod:`faultline.commands`.
 
 Conventions every subcommand keeps: ``-v``/``--verbose`` before or after the subcommand, ``--json``
-on every command that prints a result (one JSON object, times in RFC 3339), ``--version``, and the
+on every command that prints a result (one JSON object, times in one RFC 3339 form:
+:func:`common.times.rfc3339`), ``--version``, and the
 exit statuses of :mod:`faultline.errors` (0 success, 1 failure, 2 usage, 69 a dependency
 unreachable, 130 interrupted). An error is one line on standard error that says what to do next;
 ``-v`` shows the traceback too.
@@ -140,7 +141,7 @@ def _main(argv: list[str] | None) -> int:
     except Exception as exc:  # a person reads this: say what went wrong; -v shows where
         if verbose:
             raise
-        hint = install_hint(exc) if isinstance(exc, ModuleNotFoundError) else None  # a role left out
+        hint = install_hint(exc, args.cmd) if isinstance(exc, ModuleNotFoundError) else None  # a role left out
         if hint:
             print(f"faultline {args.cmd}: {hint}", file=sys.stderr)
             return EXIT_FAILURE

@@ -39,7 +39,8 @@ EXIT_BROKEN_PIPE = 141
 
 EXIT_CODES_HELP = (
     "exit status: 0 success; 1 failure (the work itself failed); 2 usage (a wrong option, argument or "
-    "FAULTLINE_* setting); 69 a dependency (Kafka broker, archive) is unreachable; 130 interrupted."
+    "FAULTLINE_* setting); 69 a dependency (Kafka broker, archive) is unreachable; 130 interrupted; 141 the "
+    "reader of the output left (| head)."
 )
 """The epilog of ``faultline --help`` (and the README's table says the same)."""
 

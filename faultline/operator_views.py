@@ -14,6 +14,10 @@ from typing import Any
 
 from rich.console import Console
 
+from faultline.approval_view import COLUMNS as APPROVAL_COLUMNS
+from faultline.approval_view import approval_rows
+from faultline.deadletter_view import COLUMNS as DEADLETTER_COLUMNS
+from faultline.deadletter_view import deadletter_groups
 from faultline.story import Entry, gate_lines, group, story
 from faultline.terminal import Column, human_time, make_console, plural, print_table
 from producers.spool.losses import SPOOL_STAGE
@@ -22,10 +26,15 @@ from sinks.archive.store import Archive
 __all__ = ["status_data", "print_status", "incident_data", "print_incident", "job_incidents"]
 
 _OPEN = "state NOT IN ('resolved', 'closed')"
+#: The dead letters' reasons ``status`` shows, newest first (``faultline deadletters`` lists them all).
+STATUS_REASONS = 5
 
 
-def status_data(archive: Archive) -> dict[str, Any]:
-    """Open incidents, fenced hardware, commands waiting for approval, pipeline health."""
+def status_data(archive: Archive, namespace: str | None = None) -> dict[str, Any]:
+    """Open incidents, fenced hardware, commands waiting for approval, pipeline health.
+
+    ``namespace``: the topic namespace approve lines must name, when the archive read is not the live one's.
+    """
     incidents = archive.query(
         f"SELECT id, job, category, severity, state, culprit_node, culprit_gpus, opened_at, summary "
         f"FROM incidents_latest WHERE {_OPEN} "
@@ -38,11 +47,7 @@ def status_data(archive: Archive) -> dict[str, Any]:
         "SELECT target_node AS node, any(incident) AS incident, min(issued_at) AS since, any(reason) AS reason "
         "FROM (SELECT node AS target_node, incident, issued_at, reason FROM commands FINAL "
         "WHERE type IN ('cordon_node', 'drain_node')) GROUP BY target_node ORDER BY since")
-    waiting = archive.query(
-        "SELECT c.id AS id, c.type AS type, c.job AS job, c.node AS node, c.gpu AS gpu, c.issued_at AS issued_at, "
-        "c.incident AS incident FROM commands AS c FINAL WHERE c.requires_approval = 1 AND c.id NOT IN "
-        "(SELECT command FROM command_results FINAL WHERE status IN ('done', 'denied', 'failed', 'dry_run')) "
-        "ORDER BY c.issued_at")
+    waiting = approval_rows(archive, namespace=namespace)  # what executors hold, not what commands asked
     sources = archive.query("SELECT source, max(ts) AS last_event, count() AS events FROM events GROUP BY source "
                             "ORDER BY source")
     # What agents' spools lost (a full disk, the size bound), as each reported once it could deliver again.
@@ -50,7 +55,7 @@ def status_data(archive: Archive) -> dict[str, Any]:
                                  "ORDER BY at DESC LIMIT 10", {"stage": SPOOL_STAGE})
     return {"open_incidents": incidents, "quarantined_gpus": fenced, "cordoned_nodes": cordoned,
             "waiting_for_approval": waiting, "dead_letters": archive.count("deadletters"), "sources": sources,
-            "spool_losses": spool_losses}
+            "spool_losses": spool_losses, "dead_letter_reasons": deadletter_groups(archive, limit=STATUS_REASONS)}
 
 
 def print_status(data: dict[str, Any], console: Console | None = None) -> None:
@@ -64,9 +69,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
             Column("reason")]),
         ("Cordoned nodes", "cordoned_nodes", [
             Column("node"), Column("since", kind="time"), Column("incident", kind="id"), Column("reason")]),
-        ("Waiting for approval", "waiting_for_approval", [
-            Column("id", kind="id"), Column("type"), Column("job"), Column("node"), Column("gpu", kind="id"),
-            Column("issued_at", "issued", "time")]),
+        ("Waiting for approval", "waiting_for_approval", APPROVAL_COLUMNS),
         ("Sources", "sources", [
             Column("source"), Column("last_event", "last event", "time"), Column("events", kind="number")]),
         ("Spool losses (newest 10)", "spool_losses", [Column("at", kind="time"), Column("reason")]),
@@ -74,10 +77,21 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
     for title, key, columns in sections:
         rows = data[key]
         print_table(c, f"{title} ({len(rows)})", rows, columns)
-    c.print(f"dead letters: {data['dead_letters']}", markup=False)
+    _print_dead_letters(c, data)
     if data["waiting_for_approval"]:
-        c.print("next: review each command above, then `faultline approve ID` or `faultline deny ID --reason ...`",
-                markup=False)
+        c.print("next: review each command waiting for approval, then run its line (`faultline approve ID`) or "
+                "`faultline deny ID --reason ...`; `faultline approvals` lists only them", markup=False)
+
+
+def _print_dead_letters(c: Console, data: dict[str, Any]) -> None:
+    """The count, and the newest reasons with where to read the rest."""
+    reasons = data.get("dead_letter_reasons") or []
+    if not reasons:
+        c.print(f"dead letters: {data['dead_letters']}", markup=False)
+        return
+    print_table(c, f"Dead letters ({data['dead_letters']}; the newest {plural(len(reasons), 'reason')})", reasons,
+                DEADLETTER_COLUMNS)
+    c.print("every reason, with filters: `faultline deadletters`", markup=False)
 
 
 def incident_data(archive: Archive, incident_id: str) -> dict[str, Any] | None:
@@ -102,7 +116,8 @@ def _payload(raw: Any) -> dict[str, Any]:
 
 def _entry_json(e: Entry) -> dict[str, Any]:
     return {"ts": e.ts, "last_ts": e.last_ts, "entry_type": e.lane, "what": e.what, "text": e.text,
-            "count": e.count, "nodes": list(e.nodes), "ranks": list(e.ranks), "detail": e.raw}
+            "count": e.count, "nodes": list(e.nodes), "ranks": list(e.ranks), "detail": e.raw,
+            "command": e.command or None}  # a command's id: what `faultline approve` takes
 
 
 def job_incidents(archive: Archive, job: str) -> list[str]:

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from faultline.terminal import to_plain
 from streams.decisions import Command, Incident
 
 __all__ = ["collate", "decide_offline"]
 
 
 def _as_json(d: Incident | Command) -> dict[str, Any]:
-    """The record as the contract prints it (JSON modes: datetimes as strings, NaN as a constant)."""
-    return json.loads(d.model_dump_json())  # type: ignore[no-any-return]
+    """The record as the contract prints it: plain JSON data, times in faultline's one RFC 3339 form."""
+    plain: dict[str, Any] = to_plain(d)
+    return plain
 
 
 def collate(incidents: Iterable[Incident], commands: Iterable[Command]) -> dict[str, list[dict[str, Any]]]:

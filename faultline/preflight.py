@@ -24,11 +24,12 @@ from common.kafka_admin import BrokerUnreachable, check_broker
 from common.redact import mask_url
 from common.settings import Settings
 from faultline.errors import Failure, Unavailable, UsageError
+from faultline.terminal import plural
 
 if TYPE_CHECKING:  # the archive comes with the `sink` extra; brokers are checked by every role
     from sinks.archive.store import Archive
 
-__all__ = ["check_policy", "ensure_broker", "open_archive", "preflight"]
+__all__ = ["check_policy", "ensure_broker", "open_archive", "preflight", "yaml_problem"]
 
 log = logging.getLogger("faultline.preflight")
 
@@ -48,15 +49,22 @@ def check_policy(policy: Path | None) -> None:
     try:
         load_policy(policy)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        at = ".".join(str(part) for part in first["loc"])
-        raise UsageError(f"policy file {policy}: {at}: {first['msg']} ({exc.error_count()} problem(s); "
+        problems = "; ".join(f"{'.'.join(str(part) for part in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise UsageError(f"policy file {policy}: {problems} ({plural(exc.error_count(), 'problem')}; "
                          "correlators/policy.yaml documents every key)") from None
     except yaml.YAMLError as exc:
-        line = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise UsageError(f"policy file {policy} is not valid YAML: {line}") from None
+        raise UsageError(f"policy file {policy} is not valid YAML: {yaml_problem(exc)}") from None
     except (ValueError, OSError) as exc:
         raise UsageError(f"policy file {policy}: {exc}") from None
+
+
+def yaml_problem(exc: Exception) -> str:
+    """Where and what: ``line 4, column 1: expected ',' or ']', but got '<stream end>'`` (lines from 1), on one
+    line; the first line of the message when the parser knows no place."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    what = " ".join(str(getattr(exc, "problem", None) or "").split()) or \
+        (str(exc).splitlines() or [type(exc).__name__])[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {what}" if mark is not None else what
 
 
 def open_archive(settings: Settings, namespace: str | None = None, *, live: str | None = None,

@@ -51,6 +51,7 @@ class Entry:
     nodes: tuple[str, ...] = ()
     ranks: tuple[int, ...] = ()
     raw: str = field(default="", compare=False)
+    command: str = ""  # a command entry's command id: what `faultline approve` and the executors' results name
 
     @property
     def label(self) -> str:
@@ -69,7 +70,8 @@ class Entry:
 
     def to_json(self) -> dict[str, Any]:
         return {"ts": self.ts, "lane": self.lane, "what": self.what, "text": self.text, "count": self.count,
-                "last_ts": self.last_ts, "nodes": list(self.nodes), "ranks": list(self.ranks)}
+                "last_ts": self.last_ts, "nodes": list(self.nodes), "ranks": list(self.ranks),
+                "command": self.command or None}
 
 
 def _ranges(values: Iterable[int]) -> str:
@@ -232,7 +234,7 @@ def group(entries: Sequence[Entry], window: timedelta = GROUP_WINDOW) -> list[En
     out: list[Entry] = []
     open_groups: dict[tuple[str, str, str], int] = {}
     for e in sorted(entries, key=lambda x: (x.ts, LANES.index(x.lane) if x.lane in LANES else 9)):
-        key = (e.lane, e.what, e.text)
+        key = (e.lane, e.what, e.text + e.command)  # two commands are two entries, whatever they say
         at = open_groups.get(key)
         if at is not None and e.ts - out[at].ts <= window:
             g = out[at]
@@ -250,23 +252,37 @@ def _signal(row: Mapping[str, Any]) -> Entry:
                  nodes=(node,) if node else (), ranks=(rank,) if rank is not None else (), raw=str(row.get("detail") or ""))
 
 
+def _take_command(candidates: list[dict[str, Any]], detail: str) -> dict[str, Any]:
+    """The archived command a timeline row of ``detail`` is, taken out of ``candidates`` (the commands of its
+    type and time): the one whose reason and parameters the row shows, else the first; {} when none is left.
+    Taking it out gives two commands of one type and millisecond (two GPUs fenced at once) their own ids."""
+    for i, c in enumerate(candidates):
+        shown = f"{'[needs approval] ' if c.get('requires_approval') else ''}{c.get('reason') or ''} {c.get('params')}"
+        if shown == detail:
+            return candidates.pop(i)
+    return candidates.pop(0) if candidates else {}
+
+
 def story(archive: Archive, incident: Mapping[str, Any]) -> list[Entry]:
     """Every entry of ``incident`` (a row of ``incidents_latest``): the view's, the aftermath, in time order."""
     inc_id = str(incident["id"])
     rows = archive.timeline(inc_id)
-    commands = {(c["type"], c["issued_at"]): c for c in archive.commands(inc_id)}
+    commands: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for c in archive.commands(inc_id):
+        commands.setdefault((c["type"], c["issued_at"]), []).append(c)
     entries = []
     for r in rows:
         lane = str(r["entry_type"])
         if lane == "signal":
             entries.append(_signal(r))
         elif lane == "command":
-            c = commands.get((r["what"], r["ts"]), {})
+            c = _take_command(commands.get((r["what"], r["ts"])) or [], str(r.get("detail") or ""))
             text = describe_command(str(r["what"]), str(c.get("params") or "{}"), str(c.get("reason") or ""))
             if c.get("requires_approval"):
                 text = f"waits for approval: {text}"
             target = [x for x in (c.get("node"), c.get("gpu")) if x]
-            entries.append(Entry(r["ts"], lane, str(r["what"]), text, nodes=tuple(target), raw=str(r.get("detail") or "")))
+            entries.append(Entry(r["ts"], lane, str(r["what"]), text, nodes=tuple(target), raw=str(r.get("detail") or ""),
+                                 command=str(c.get("id") or "")))
         elif lane == "incident":  # what: "v2 gpu_off_bus mitigating (page)"; detail: the summary
             entries.append(Entry(r["ts"], lane, str(r["what"]), _version_text(str(r["what"]), str(r.get("detail") or "")),
                                  raw=str(r.get("detail") or "")))

@@ -5,8 +5,8 @@
 * **Into a pipe or a file** a table is plain text: a title line, a header line in capitals, one line
   per row, columns aligned with two spaces, nothing cut, wrapped or coloured, an empty cell as ``-``:
   ``faultline status | grep n03`` and ``awk '{print $NF}'`` work, and so does ``less``.
-* **JSON** (``--json``) is one object per line, times in RFC 3339 (``2026-04-22T03:23:20.100Z``,
-  always UTC), NaN and infinities as ``null``: :func:`to_json`.
+* **JSON** (``--json``) is one object per line, times in one RFC 3339 form (``2026-04-22T03:23:20.100000Z``:
+  UTC, microseconds always; :func:`common.times.rfc3339`), NaN and infinities as ``null``: :func:`to_json`.
 
 Times for people are UTC, marked ``Z``, to the second (``2026-04-22 03:23:20Z``), or to the
 millisecond where the order of entries matters (timelines); :func:`human_time`.
@@ -18,6 +18,7 @@ not interpreted, and JSON escapes them (``\u001b``, ``\u202e``) while keeping th
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import sys
@@ -29,7 +30,10 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 from uuid import UUID
 
+from pydantic import BaseModel
+
 from common.terminal_safe import UNSAFE, SafeStream, terminal_safe
+from common.times import rfc3339
 
 if TYPE_CHECKING:  # rich comes with the roles that print tables (the `sink` extra), not with the node agent
     from rich.console import Console
@@ -48,13 +52,6 @@ def _utc(v: datetime) -> datetime:
     return v.astimezone(UTC) if v.tzinfo is not None else v.replace(tzinfo=UTC)
 
 
-def rfc3339(v: datetime) -> str:
-    """RFC 3339 in UTC with a ``Z``: seconds, or milliseconds where the time has a fraction."""
-    u = _utc(v)
-    spec = "milliseconds" if u.microsecond else "seconds"
-    return u.isoformat(timespec=spec).replace("+00:00", "Z")
-
-
 def human_time(v: Any, ms: bool = False) -> str:
     """A time for a person: ``2026-04-22 03:23:20Z`` (UTC), ``…:20.100Z`` when ``ms``; other values as text."""
     if isinstance(v, str):
@@ -69,7 +66,8 @@ def human_time(v: Any, ms: bool = False) -> str:
 
 
 def to_plain(value: Any) -> Any:
-    """``value`` as plain JSON data: RFC 3339 times, NaN/inf as None, tuples as lists, UUIDs as text."""
+    """``value`` as plain JSON data: RFC 3339 times (one form), NaN/inf as None, tuples as lists, UUIDs as text.
+    A pydantic model is its fields' values, converted the same way (not pydantic's own time format)."""
     if isinstance(value, datetime):
         return rfc3339(value)
     if isinstance(value, date):
@@ -84,6 +82,8 @@ def to_plain(value: Any) -> Any:
         return {str(k): to_plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [to_plain(v) for v in value]
+    if isinstance(value, BaseModel):
+        return to_plain(value.model_dump())
     if isinstance(value, type):  # e.g. the model class a topic carries
         return value.__name__
     if value is None or isinstance(value, str | int | float | bool):
@@ -141,12 +141,19 @@ def make_console(stderr: bool = False, file: TextIO | None = None) -> Console:
 
 @cache
 def _safe_console() -> type[Console]:
-    """A rich console that prints every string it is given terminal-safe (tables' cells are safe already)."""
+    """A rich console that prints every string it is given terminal-safe (tables' cells are safe already), and
+    whose broken pipe is a :class:`BrokenPipeError` like any other write's."""
     from rich.console import Console
 
     class SafeConsole(Console):
         def print(self, *objects: Any, **kwargs: Any) -> None:
             super().print(*(terminal_safe(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+        def on_broken_pipe(self) -> None:
+            """The reader of the pipe left: raised for :func:`faultline.cli.main` to exit 141, as every other
+            write does (rich's own exits 1)."""
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "the reader of the output left")
 
     return SafeConsole
 

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from common.times import rfc3339
 from sinks.archive.store import Archive
 
 __all__ = [
@@ -143,8 +144,8 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         """Plain JSON: times as RFC 3339, NaN/inf as null, every section with its question."""
         return {
-            "since": None if self.since is None else self.since.isoformat(),
-            "until": None if self.until is None else self.until.isoformat(),
+            "since": None if self.since is None else rfc3339(self.since),
+            "until": None if self.until is None else rfc3339(self.until),
             "sections": {
                 s.key: {"title": s.title, "question": s.question,
                         "rows": [{k: _plain(v) for k, v in row.items()} for row in self.sections.get(s.key, [])]}
@@ -198,7 +199,9 @@ def _plain(value: Any) -> Any:
     """One value as JSON has it."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    if isinstance(value, datetime | date):
+    if isinstance(value, datetime):
+        return rfc3339(value)
+    if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]

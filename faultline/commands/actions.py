@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import sys
 import uuid
 from datetime import UTC, datetime
@@ -108,7 +107,7 @@ def _decide(args: argparse.Namespace, settings: Settings) -> int:
     send_decision(conf, settings.namespace, approval)
     if args.json:
         print(to_json({"sent_to": topic_name(settings.namespace, "approvals"),
-                       "approval": json.loads(approval.model_dump_json())}))
+                       "approval": approval}))
     else:
         print(f"{'approved' if approval.decision == 'approve' else 'denied'} {approval.command} as {approval.by}")
     return 0
@@ -196,7 +195,7 @@ def _operator_action(args: argparse.Namespace, settings: Settings) -> int:
     pub.flush()
     if args.json:
         print(to_json({"sent_to": topic_name(settings.namespace, "events"), "cell": cell,
-                       "event": json.loads(event.model_dump_json())}))
+                       "event": event}))
     else:
         print(f"{action} {args.hardware} by {by} sent to {settings.namespace}.events (cell {cell}); the "
               f"correlator records it and issues the command (see `faultline status`)")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from common.settings import Settings
@@ -24,6 +23,7 @@ def register(add: Add) -> None:
 
 
 def _archive(args: argparse.Namespace, settings: Settings) -> int:
+    from faultline.terminal import to_json
     from sinks.archive.store import Archive
 
     with Archive.open(settings.archive_url, live=settings.namespace, create=False) as archive:  # the live one
@@ -31,7 +31,7 @@ def _archive(args: argparse.Namespace, settings: Settings) -> int:
         if args.action == "list":
             for ns in known:
                 if args.json:
-                    print(json.dumps({**ns, "registered_at": ns["registered_at"].isoformat()}))
+                    print(to_json(ns))
                 else:
                     where = "the archive's own database (live)" if ns["live"] else f"database {ns['database']}"
                     print(f"{ns['namespace']}: {ns['events'] or 0} events, {ns['incidents'] or 0} incidents; {where}")

@@ -13,7 +13,7 @@ from common.settings import Settings
 from faultline.commands import Add
 from faultline.errors import Failure, UsageError
 
-__all__ = ["register", "incident_line", "command_line"]
+__all__ = ["register", "incident_line", "command_line", "deadletters_hint"]
 
 
 def register(add: Add) -> None:
@@ -44,6 +44,11 @@ def command_line(c: dict[str, Any], with_time: bool = True) -> str:
     approval = " (waits for approval)" if c.get("requires_approval") else ""
     when = f"{human_time(c['issued_at'], ms=True)} " if with_time else ""
     return f"command  {when}{c['type']} {target}{f': {how}' if how else ''}{approval}"
+
+
+def deadletters_hint(archive_namespace: str) -> str:
+    """The command that lists why a replay's lines were set aside: its dead letters are in its own namespace."""
+    return f"faultline deadletters --namespace {archive_namespace}"
 
 
 @contextmanager
@@ -92,7 +97,7 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
     if run.lines == 0:
         raise Failure(f"{args.capture} holds no observations; nothing was judged")
     if run.bad == run.lines:
-        raise Failure(f"every line of {args.capture} was bad ({plural(run.bad, 'dead letter')}; the reasons are in "
-                      "the deadletters table: `faultline status`); nothing was judged. Check the capture's format "
+        raise Failure(f"every line of {args.capture} was bad ({plural(run.bad, 'dead letter')}; the reasons: "
+                      f"`{deadletters_hint(run.archive_namespace)}`); nothing was judged. Check the capture's format "
                       "against ../shared/contract/README.md")
     return 0

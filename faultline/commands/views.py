@@ -1,4 +1,4 @@
-"""The on-call views over the archive: ``status``, ``incident``, ``timeline`` and ``report``."""
+"""The on-call views over the archive: ``status``, ``incident``, ``timeline``, ``report`` and ``deadletters``."""
 
 from __future__ import annotations
 
@@ -53,17 +53,32 @@ def register(add: Add) -> None:
     o.add_argument("--top", type=int, default=20, help="lemons: how many GPUs and nodes to list (default 20)")
     o.set_defaults(run=_report)
 
+    ap = add("approvals", "Every command an executor holds for a person: what it does, why, until when, and the "
+             "line that approves it.", "faultline approvals --json")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+    ap.add_argument("--namespace", help=_NAMESPACE_HELP)
+    ap.set_defaults(run=_approvals)
+
+    d = add("deadletters", "Why records were set aside: reasons, the stage that set them aside, counts, newest first.",
+            "faultline deadletters --since 1h --source archive-sink")
+    d.add_argument("--since", help="dead letters from then on: a duration back from now (30m, 12h, 7d) or an ISO "
+                   "date/time")
+    d.add_argument("--reason", default="", help="only reasons that contain this text (any case)")
+    d.add_argument("--source", default="", help="only this stage (agent, spool, producer, correlator, "
+                   "archive-sink, executor: a prefix before ':' matches every topic or executor of it)")
+    d.add_argument("--limit", type=int, default=50, help="how many reasons to list (default 50)")
+    d.add_argument("--json", action="store_true", help="machine-readable output")
+    d.add_argument("--namespace", help=_NAMESPACE_HELP)
+    d.set_defaults(run=_deadletters)
+
 
 def _report(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.preflight import open_archive
     from faultline.report_view import render_report
     from faultline.terminal import to_json
-    from sinks.report import build_report, parse_since
+    from sinks.report import build_report
 
-    try:
-        since = parse_since(args.since) if args.since else None
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    since = _since(args.since)
     if args.topic == "lemons":
         return _lemons(args, settings, since)
     with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
@@ -73,6 +88,30 @@ def _report(args: argparse.Namespace, settings: Settings) -> int:
         print(to_json(report.to_json()))
     else:
         render_report(report)
+    return 0
+
+
+def _since(text: str | None) -> datetime | None:
+    from sinks.report import parse_since
+
+    try:
+        return parse_since(text) if text else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _deadletters(args: argparse.Namespace, settings: Settings) -> int:
+    from faultline.deadletter_view import DeadLetterFilter, deadletter_data, print_deadletters
+    from faultline.preflight import open_archive
+    from faultline.terminal import to_json
+
+    if args.limit < 1:
+        raise UsageError(f"--limit wants a positive number, got {args.limit}")
+    wanted = DeadLetterFilter(since=_since(args.since), reason=args.reason, source=args.source)
+    with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
+                      create=False) as archive:
+        data = deadletter_data(archive, wanted, args.limit)
+    print(to_json(data)) if args.json else print_deadletters(data)
     return 0
 
 
@@ -93,6 +132,23 @@ def _lemons(args: argparse.Namespace, settings: Settings, since: datetime | None
     return 0
 
 
+def _topic_namespace(args: argparse.Namespace, settings: Settings) -> str | None:
+    """The namespace an approve line must name: the one read, when it is not FAULTLINE_NAMESPACE's."""
+    return args.namespace if args.namespace and args.namespace != settings.namespace else None
+
+
+def _approvals(args: argparse.Namespace, settings: Settings) -> int:
+    from faultline.approval_view import approval_rows, print_approvals
+    from faultline.preflight import open_archive
+    from faultline.terminal import to_json
+
+    with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
+                      create=False) as archive:
+        rows = approval_rows(archive, namespace=_topic_namespace(args, settings))
+    print(to_json({"waiting_for_approval": rows})) if args.json else print_approvals(rows)
+    return 0
+
+
 def _operator_view(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.operator_views import (
         incident_data,
@@ -108,7 +164,7 @@ def _operator_view(args: argparse.Namespace, settings: Settings) -> int:
     with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
                       create=False) as archive:
         if args.cmd == "status":
-            data = {**status_data(archive), "dev_mode": settings.dev_mode}
+            data = {**status_data(archive, _topic_namespace(args, settings)), "dev_mode": settings.dev_mode}
             if settings.dev_mode and not args.json:
                 print(_DEV_MODE_BANNER)
             print(to_json(data)) if args.json else print_status(data)

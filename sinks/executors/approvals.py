@@ -86,7 +86,7 @@ def find_held_command(conf: Mapping[str, Any], namespace: str, command_id: str, 
             found[content_hash(cmd)] = cmd
     if not found:
         raise LookupError(f"no command {command_id} on {topic}: check the id (its waiting_approval result; "
-                          "`faultline status` lists the commands waiting for approval)")
+                          "`faultline approvals` lists the commands waiting for approval)")
     if len(found) == 1:
         [only] = found.values()
         return Found(only, [], _not_the_correlators(only, namespace, check))

@@ -64,3 +64,19 @@ def test_the_data_dir_is_the_checkout_s_var_or_the_user_s_data_dir(tmp_path: Pat
     assert default_data_dir(site) == tmp_path / "xdg" / "faultline"
     monkeypatch.delenv("XDG_DATA_HOME")
     assert default_data_dir(site) == Path.home() / ".local" / "share" / "faultline"
+
+
+@pytest.mark.parametrize("value", ["garbage!!", "kafka-0:ninety", "kafka-0:0", "kafka-0:70000", "a b:9092",
+                                   "kafka-0:9092,,kafka-1:9092", "kafka-0:9092;rm -rf", "http://kafka-0:9092",
+                                   "SASL_SSL://kafka-0:9093", "kafka-0:9092, kafka-1:9092"])
+def test_a_malformed_bootstrap_list_is_refused(value: str) -> None:
+    """A list of host[:port], comma-separated, nothing else: librdkafka and the correlator's Faust (which reads it
+    as ``kafka://LIST``) both take it; a scheme, spaces or a stray character would fail later, less clearly."""
+    with pytest.raises(ValidationError, match="host:port"):
+        Settings(kafka=value)
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1:9092", "kafka-0.kafka.svc:9094,kafka-1.kafka.svc:9094", "kafka",
+                                   "[::1]:9092", "broker_1.example.com:9093"])
+def test_bootstrap_lists_every_client_takes_are_kept(value: str) -> None:
+    assert Settings(kafka=value).kafka == value

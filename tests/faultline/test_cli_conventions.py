@@ -11,7 +11,7 @@ import pytest
 from faultline.cli import EXAMPLES, _parser, main, package_version
 from faultline.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE
 
-PRINTING = ["replay", "backtest", "demo", "status", "incident", "timeline", "report", "quarantine", "release", "approve", "deny",
+PRINTING = ["replay", "backtest", "demo", "status", "incident", "timeline", "report", "deadletters", "approvals", "quarantine", "release", "approve", "deny",
             "schemas", "broker", "topics", "acls", "bench"]
 """Every command that prints a result; the others (worker, sink, executor, agent, capture) run until stopped
 and only log."""
@@ -40,7 +40,7 @@ def test_help_documents_the_exit_statuses(capsys: pytest.CaptureFixture[str]) ->
     with pytest.raises(SystemExit):
         main(["--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "0 success" in out and "1 failure" in out and "2 usage" in out and "69 a dependency" in out
+    assert "0 success" in out and "1 failure" in out and "2 usage" in out and "69 a dependency" in out and "141 the reader" in out
 
 
 def test_verbose_is_taken_before_or_after_the_subcommand() -> None:
@@ -68,6 +68,7 @@ def test_a_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     ("FAULTLINE_LIVE_CLOCK", "maybe", "FAULTLINE_LIVE_CLOCK: expected true or false"),
     ("FAULTLINE_KAFKA_SECURITY_PROTOCOL", "TLS", "FAULTLINE_KAFKA_SECURITY_PROTOCOL: unknown Kafka security protocol"),
     ("FAULTLINE_CELL", "a b", "FAULTLINE_CELL: cell name 'a b' must be"),
+    ("FAULTLINE_KAFKA", "garbage!!", "FAULTLINE_KAFKA: expected host:port"),
 ])
 def test_a_bad_setting_is_one_line_naming_it_and_the_expected_form(var: str, value: str, says: str,
                                                                     monkeypatch: pytest.MonkeyPatch,
@@ -141,6 +142,7 @@ def test_a_capture_whose_every_line_is_bad_fails(kafka_bootstrap: str, tmp_path:
     assert main(["replay", str(bad), "--json"]) == EXIT_FAILURE
     captured = capsys.readouterr()
     assert "every line of" in captured.err and "3 dead letters" in captured.err
+    assert f"`faultline deadletters --namespace {unique_name}.replay-" in captured.err  # where the reasons are
     assert captured.out.strip() == '{"incidents": [], "commands": []}'
 
 
@@ -156,3 +158,23 @@ def test_nothing_is_published_when_a_check_fails(kafka_bootstrap: str, capture: 
     assert main(["replay", str(capture)]) == EXIT_UNAVAILABLE
     topics = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
     assert not [t for t in topics if t.startswith(unique_name)]  # no replay namespace was even created
+
+
+@pytest.mark.parametrize("argv", [["report"], ["report", "--json"], ["status"]])
+def test_a_reader_that_leaves_is_exit_141(argv: list[str], tmp_path: Path) -> None:
+    """``faultline report | head -1``: the pipe's reader has gone before the command writes; the status is the
+    documented 141 (128 + SIGPIPE), not rich's 1, and nothing is said about it."""
+    import os
+    import subprocess
+    import sys
+
+    from faultline.errors import EXIT_BROKEN_PIPE
+
+    read, write = os.pipe()
+    os.close(read)  # the reader left before the first line: every write fails, whatever the timing
+    env = {**os.environ, "FAULTLINE_ARCHIVE": f"chdb://{tmp_path / 'archive'}", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-m", "faultline.cli", *argv], stdout=write, stderr=subprocess.PIPE,
+                          env=env, timeout=120, check=False)
+    os.close(write)
+    assert done.returncode == EXIT_BROKEN_PIPE, done.stderr.decode()
+    assert done.stderr == b""

@@ -148,3 +148,14 @@ def test_every_hinted_module_comes_with_its_extra() -> None:
 @pytest.mark.parametrize("role", ROLES)
 def test_every_role_is_documented_with_its_install_line(role: str) -> None:
     assert f"pip install 'faultline[{role}]'" in (REPO_ROOT / "README.md").read_text()
+
+
+def test_replay_on_an_agent_only_install_names_every_role_it_needs(tmp_path: Path) -> None:
+    """replay runs a correlator and writes the archive: it needs both roles, and says so in one line."""
+    capture = tmp_path / "c.jsonl"
+    capture.write_text('{"ts": "2026-04-22T03:00:00+00:00", "source": "node_agent", "node": "n1", "alive": true}\n')
+    replay = _run(_left_out_of_the_agent(), "replay", str(capture))
+    _, err = replay.communicate(timeout=120)
+    assert replay.returncode == 1, err[-3000:]
+    assert "pip install 'faultline[correlator,sink]'" in err and "Traceback" not in err, err[-3000:]
+    assert err.count("\n") == 1, err

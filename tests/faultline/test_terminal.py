@@ -21,8 +21,9 @@ def test_plural() -> None:
 def test_json_times_are_rfc3339_in_utc_and_nan_is_null() -> None:
     paris = T.astimezone(timezone(timedelta(hours=2)))
     doc = json.loads(to_json({"at": paris, "whole": T.replace(microsecond=0), "x": float("nan"), "t": (1, 2)}))
-    assert doc == {"at": "2026-04-22T03:23:20.100Z", "whole": "2026-04-22T03:23:20Z", "x": None, "t": [1, 2]}
-    assert rfc3339(datetime(2026, 1, 1)) == "2026-01-01T00:00:00Z"  # naive: UTC
+    assert doc == {"at": "2026-04-22T03:23:20.100000Z", "whole": "2026-04-22T03:23:20.000000Z", "x": None,
+                   "t": [1, 2]}  # one form: whole seconds have their fraction too
+    assert rfc3339(datetime(2026, 1, 1)) == "2026-01-01T00:00:00.000000Z"  # naive: UTC
 
 
 def test_people_read_utc_times_marked_z() -> None:

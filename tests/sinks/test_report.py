@@ -234,7 +234,7 @@ def test_cli_report_json(known_url: str, monkeypatch: pytest.MonkeyPatch, capsys
     monkeypatch.setenv("FAULTLINE_ARCHIVE", known_url)
     assert main(["report", "--json", "--since", "2026-02-28"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["since"] == "2026-02-28T00:00:00+00:00"
+    assert doc["since"] == "2026-02-28T00:00:00.000000Z"
     assert doc["sections"]["hardware_share"]["rows"][0]["job_incidents"] == 2
     assert main(["report", "--since", "yesterday-ish"]) == 2
 
