@@ -65,6 +65,7 @@ CommandType = Literal[
     "release_gpu",
     "open_ticket",
     "notify",
+    "checkpoint_now",  # ask the job to save now (reversible, no approval); no rule issues it yet: see README
     "reset_gpu",
     "reboot_node",
 ]

@@ -14,8 +14,11 @@ person, or, for a restart, its checkpoint, size and exclusions. The rest is adde
 Approvals asked are the commands that wait for a person.
 
 **Costs** per side, in total, per category and per XID (an incident counts under every XID among its
-evidence): incidents, their lost GPU-hours (checkpoint to failure, as the README defines them), and
-the hardware fenced for them: GPUs quarantined and nodes cordoned (each once), lemon fences apart.
+evidence): incidents, their lost GPU-hours -- the work since the checkpoint *and* the time the job is
+down until it runs again, or until the end of the events, said so (:mod:`faultline.lost_hours`; a
+start in the events that followed only the other policy's restart does not end this side's
+downtime) -- and the hardware fenced for them: GPUs quarantined and nodes cordoned (each once),
+lemon fences apart.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from faultline.backtest.judge import Decided, Json
+from faultline.lost_hours import Timeline, account, restarts_by_job
 
 __all__ = ["compare", "costs", "differs"]
 
@@ -40,7 +44,20 @@ def _brief(i: Json, xids: dict[str, int]) -> Json:
     node, gpus = _culprit(i)
     return {"id": i["id"], "job": i.get("job"), "category": i["category"], "culprit": {"node": node, "gpus": list(gpus)},
             "opened_at": i["opened_at"], "state": i["state"], "severity": i["severity"],
-            "lost_gpu_hours": i.get("lost_gpu_hours"), "xids": _xids_of(i, xids)}
+            "lost_gpu_hours": i.get("lost_gpu_hours"), "lost": i.get("lost"), "xids": _xids_of(i, xids)}
+
+
+def _with_lost(d: Decided, timeline: Timeline | None, other: Decided | None) -> Decided:
+    """``d`` with each incident's honest lost GPU-hours (``lost_gpu_hours`` the total, ``lost`` the parts)."""
+    if timeline is None:
+        return d
+    others = restarts_by_job(other.commands) if other is not None else {}
+
+    def one(i: Json) -> Json:
+        lost = account(i, d.commands, timeline, others.get(i.get("job") or "", ()))
+        return i if lost is None else {**i, "lost_gpu_hours": lost.gpu_hours, "lost": lost.to_json()}
+
+    return Decided([one(i) for i in d.incidents], d.commands, d.earlier)
 
 
 def _xids_of(i: Json, xids: dict[str, int]) -> list[int]:
@@ -128,6 +145,7 @@ def costs(d: Decided, xids: dict[str, int]) -> Json:
         return {"incidents": 0, "lost_gpu_hours": 0.0, "gpus_fenced": set(), "nodes_fenced": set()}
 
     total = blank()
+    down_at_end = sum(1 for i in d.incidents if (i.get("lost") or {}).get("until") == "end_of_capture")
     by_cat: defaultdict[str, Json] = defaultdict(blank)
     by_xid: defaultdict[int, Json] = defaultdict(blank)
     for i in d.incidents:
@@ -153,7 +171,7 @@ def costs(d: Decided, xids: dict[str, int]) -> Json:
                 "nodes_fenced": len(row["nodes_fenced"])}
 
     types = Counter(c["type"] for c in d.commands)
-    return {**plain(total), "commands": dict(sorted(types.items())),
+    return {**plain(total), "jobs_down_at_end": down_at_end, "commands": dict(sorted(types.items())),
             "approvals_asked": sum(1 for c in d.commands if c["requires_approval"]), "lemon_fences": len(lemons),
             "by_category": {k: plain(v) for k, v in sorted(by_cat.items())},
             "by_xid": {str(k): plain(v) for k, v in sorted(by_xid.items())}}
@@ -166,9 +184,11 @@ def _side_by_side(base: Json, cand: Json, key: str) -> list[Json]:
 
 
 def compare(base: Decided, cand: Decided, xids: dict[str, int],
-            marks: Callable[[str, str], bool] | None = None) -> Json:
+            marks: Callable[[str, str], bool] | None = None, timeline: Timeline | None = None) -> Json:
     """The whole difference (plain JSON); ``marks(category, opened_at)`` flags differences that may
-    come from expired raw telemetry rather than from the policy (:meth:`Retention.marks`)."""
+    come from expired raw telemetry rather than from the policy (:meth:`Retention.marks`); with the
+    events' ``timeline`` lost GPU-hours count the time each job is down (else only the engine's figure)."""
+    base, cand = _with_lost(base, timeline, cand), _with_lost(cand, timeline, base)
     pairs, removed, added = _pair_incidents(base.incidents, cand.incidents)
 
     def brief(i: Json) -> Json:

@@ -20,6 +20,7 @@ from typing import Any
 
 from correlators.engine import Correlator
 from correlators.policy import Policy
+from faultline.lost_hours import Timeline
 from faultline.outcome import collate
 from streams.decisions import Command, Incident
 from streams.events import Event, Xid
@@ -50,6 +51,7 @@ class Judged:
     events: int
     read_s: float
     engine_s: float
+    timeline: Timeline = field(default_factory=Timeline)  # each job's runs and saves: lost GPU-hours
 
 
 def _parse(ts: str) -> datetime:
@@ -73,6 +75,7 @@ def judge(events: Iterable[Event], policies: Sequence[Policy], since: datetime |
     engines = [Correlator(p) for p in policies]
     taken: list[tuple[list[Incident], list[Command]]] = [([], []) for _ in policies]
     xids: dict[str, int] = {}
+    timeline = Timeline()
     n = 0
     read_s = engine_s = 0.0
     it = iter(events)
@@ -88,6 +91,7 @@ def judge(events: Iterable[Event], policies: Sequence[Policy], since: datetime |
             continue  # a replay's marker is not an observation: this pass ends the window itself
         if isinstance(body, Xid):
             xids[e.id] = body.code
+        timeline.observe(e)
         n += 1
         for eng, (incs, cmds) in zip(engines, taken, strict=True):
             for d in eng.process(e):
@@ -99,4 +103,4 @@ def judge(events: Iterable[Event], policies: Sequence[Policy], since: datetime |
             (incs if isinstance(d, Incident) else cmds).append(d)  # type: ignore[arg-type]
     engine_s += time.perf_counter() - t1
     decided = [in_window(collate(incs, cmds), since, until) for incs, cmds in taken]
-    return Judged(decided, xids, n, read_s, engine_s)
+    return Judged(decided, xids, n, read_s, engine_s, timeline)

@@ -104,6 +104,10 @@ def render(result: Json, console: Console | None = None) -> None:
                   f"{_arrow(b['lost_gpu_hours'], c['lost_gpu_hours'])}; fenced GPUs "
                   f"{_arrow(b['gpus_fenced'], c['gpus_fenced'])}, nodes {_arrow(b['nodes_fenced'], c['nodes_fenced'])} "
                   f"(lemons {_arrow(b['lemon_fences'], c['lemon_fences'])})")
+    down = (b.get("jobs_down_at_end", 0), c.get("jobs_down_at_end", 0))
+    if any(down):
+        _say(console, f"lost GPU-hours count the work since the checkpoint and the time each job is down; jobs "
+                      f"still down at the end of the events (counted until then) {_arrow(*down)}")
     if not result["differs"]:
         _say(console, "no difference: the candidate decides exactly what the baseline did")
         return

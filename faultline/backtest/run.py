@@ -85,5 +85,5 @@ def backtest(source: Source, candidate: Policy, current: Policy | None,
     def mark(category: str, opened_at: str) -> bool:
         return retention is not None and retention.marks(datetime.fromisoformat(opened_at.replace("Z", "+00:00")))
 
-    diff = compare(base, cand, judged.xids, mark)
+    diff = compare(base, cand, judged.xids, mark, judged.timeline)
     return Backtest(source, against, labels or {}, judged, base, cand, diff, time.perf_counter() - started)

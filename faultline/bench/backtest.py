@@ -73,7 +73,8 @@ def measure(nodes: int, days: float, exact: bool, seed: int = 20) -> dict[str, A
             base, cand = decide_offline(ordered), decide_offline(ordered, str(policy))
             out["exact"] = (base == {"incidents": bt.baseline.incidents, "commands": bt.baseline.commands}
                             and cand == {"incidents": bt.candidate.incidents, "commands": bt.candidate.commands}
-                            and compare(in_window(base, None, None), in_window(cand, None, None), bt.judged.xids)
+                            and compare(in_window(base, None, None), in_window(cand, None, None), bt.judged.xids,
+                                       timeline=bt.judged.timeline)
                             == bt.diff)
             out["independent_replays_s"] = round(time.perf_counter() - t, 1)
     return out

@@ -36,6 +36,16 @@ raises (a failed write is counted in :attr:`Reporter.errors` and logged
 once). :meth:`Reporter.close` (also run at interpreter exit) writes what is
 queued, within a deadline.
 
+**Asked to checkpoint now** (issue 29): :meth:`Reporter.checkpoint_requested`,
+polled by the loop at a step boundary, says True once per request that
+faultline's ``checkpoint_now`` command made (:class:`CheckpointRequests`).
+The control path is a file, watched by its modification time: one ``stat``
+per poll, no thread, no port, no broker -- it works under every scheduler
+(Slurm's batch trap ``touch``-es it, a Kubernetes sidecar or a webhook hook
+writes it, a person can too) and survives the job's restart. HTTP would need
+a listening port per rank and a way to reach it through the scheduler's
+network; Kafka, a client library and credentials inside the training image.
+
 This module imports nothing outside the standard library, so it can also be
 copied as a single file into a training image that does not have faultline.
 """
@@ -55,10 +65,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_PATH", "PATH_ENV", "Reporter"]
+__all__ = ["CONTROL_ENV", "DEFAULT_CONTROL", "DEFAULT_PATH", "PATH_ENV", "CheckpointRequests", "Reporter",
+           "request_checkpoint"]
 
 PATH_ENV = "FAULTLINE_TRAINER_LOG"
 DEFAULT_PATH = "faultline-trainer.jsonl"
+CONTROL_ENV = "FAULTLINE_CHECKPOINT_NOW"
+DEFAULT_CONTROL = "faultline-checkpoint-now"
+_MAX_REQUEST = 4096  # bytes of a request file read (its JSON: the command id and why); the rest is ignored
 
 log = logging.getLogger("faultline.reporter")
 
@@ -74,6 +88,54 @@ def _number(value: Any) -> float | None:
 
 def _node() -> str:
     return os.environ.get("FAULTLINE_NODE") or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+class CheckpointRequests:
+    """Requests to save a checkpoint now, as a file under the job's directory, watched by its mtime.
+
+    The rule: a request is the file's modification time moving past the last one seen; :meth:`poll`
+    returns it once (its JSON content, ``{}`` if it is not JSON -- a bare ``touch`` is a request), then
+    None until the next. A file already there when the listener starts is an old request: not one.
+    Every rank may poll: in a synchronous job rank 0 should decide and tell the others (the example
+    all-reduces the answer) so that all ranks save at the same step. :meth:`poll` never raises.
+    The path is ``path``, else ``$FAULTLINE_CHECKPOINT_NOW``, else ``./faultline-checkpoint-now``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path or os.environ.get(CONTROL_ENV) or DEFAULT_CONTROL)
+        self.seen = self._mtime()
+
+    def _mtime(self) -> tuple[int, int] | None:
+        """Its modification time, with its inode: a request written by renaming is new even within one tick
+        of a coarse clock (a file system keeping whole seconds)."""
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_ino
+
+    def poll(self) -> dict[str, Any] | None:
+        """The request made since the last poll, or None."""
+        mtime = self._mtime()
+        if mtime is None or mtime == self.seen:
+            return None
+        self.seen = mtime
+        try:
+            with open(self.path, "rb") as f:
+                body = json.loads(f.read(_MAX_REQUEST) or b"{}")
+        except (OSError, ValueError):
+            body = {}
+        return body if isinstance(body, dict) else {}
+
+
+def request_checkpoint(path: str | os.PathLike[str], command: str = "", reason: str = "") -> None:
+    """Ask the job whose control file is ``path`` to checkpoint now (what an executor's hook runs):
+    the request is written whole (a temporary file renamed over it), so a poll never reads half of it."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"command": command, "reason": reason, "ts": datetime.now(UTC).isoformat()}),
+                   encoding="utf-8")
+    os.replace(tmp, target)
 
 
 class Reporter:
@@ -106,6 +168,7 @@ class Reporter:
         self._closed = False
         self._fd: int | None = None
         self._inode: int | None = None
+        self._requests: CheckpointRequests | None = None
         self._thread = threading.Thread(target=self._run, name="faultline-reporter", daemon=True)
         self._thread.start()
         atexit.register(_close_at_exit, weakref.ref(self))
@@ -138,6 +201,18 @@ class Reporter:
             "step": int(step) if step is not None else None,
             "path": os.fspath(path) if path is not None else None,
         })
+
+    def checkpoint_requested(self, control: str | os.PathLike[str] | None = None) -> bool:
+        """Whether faultline asked for a checkpoint since the last call (poll it at a step boundary; the
+        first call starts listening, on ``control`` or :class:`CheckpointRequests`'s default). Never raises."""
+        try:
+            if self._requests is None:
+                self._requests = CheckpointRequests(control)
+                return False
+            return self._requests.poll() is not None
+        except Exception:  # never into the training loop
+            self.errors += 1
+            return False
 
     def heartbeat(self) -> None:
         """The loop is alive (between steps that take long)."""

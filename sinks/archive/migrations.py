@@ -20,6 +20,8 @@ from typing import NamedTuple
 
 from clickhouse_connect.driver.client import Client
 
+from sinks.archive.lost_views import lost_statements
+
 __all__ = [
     "DEFAULT_RAW_TTL_DAYS",
     "RAW_TELEMETRY_KINDS",
@@ -652,6 +654,8 @@ MIGRATIONS: list[Migration] = [
     Migration(5, "operator questions: fact views and report_* answer views", _FACTS + _ANSWERS),
     Migration(6, "lemons: lemon_implications and lemon_fences views", _LEMONS),
     Migration(7, "gpu_ledger: a validate_gpu command marks the GPU validating, not validated", _VALIDATING),
+    Migration(8, "lost GPU-hours count the time a job is down until it runs again",
+              lost_statements(_HARDWARE, _STOPS_JOB, _FAR_PAST)),
 ]
 
 _BOOKKEEPING = """

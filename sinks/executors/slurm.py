@@ -32,6 +32,17 @@ What each command does:
   single GPUs need no job change: their nodes are drained by ``quarantine_gpu``.
   The batch script resumes from its newest checkpoint itself, as Slurm requeues
   restart it.
+* ``checkpoint_now`` — ``scancel --batch --signal=USR1 <jobid>``, only where the
+  site says its batch scripts handle it (``checkpoint_signal``, off by default).
+  Why that: Slurm's own way to warn a job is a signal (``sbatch
+  --signal=B:USR1@120`` before the time limit), and job templates already trap
+  ``USR1`` there to checkpoint, so a real site's scripts need nothing new;
+  ``--batch`` signals only the batch shell, whose trap turns it into the
+  job's control file (``trap 'touch "$FAULTLINE_CHECKPOINT_NOW"' USR1``, which
+  :class:`producers.jobs.reporter.CheckpointRequests` watches), never the
+  training processes themselves: a rank or a torchrun agent without a handler
+  would be *killed* by ``USR1`` (its default action), and so would a batch
+  shell without the trap -- hence opt-in, and refused (saying why) otherwise.
 * ``reboot_node`` — ``scontrol reboot ASAP nextstate=DOWN`` (drain, reboot
   when idle, stay down until validated and released); the executor core
   runs it only after a person's approval.
@@ -67,7 +78,8 @@ __all__ = ["SlurmBackend", "CommandLine", "Run", "SUPPORTED_TYPES", "REASON_PREF
 Run = Callable[[Sequence[str]], str]
 
 SUPPORTED_TYPES: frozenset[str] = frozenset(
-    {"cordon_node", "drain_node", "quarantine_gpu", "release_gpu", "restart_job", "reboot_node"})
+    {"cordon_node", "drain_node", "quarantine_gpu", "release_gpu", "restart_job", "reboot_node", "checkpoint_now"})
+_SIGNAL = re.compile(r"USR[12]|HUP|INT|TERM|CONT|URG|WINCH")
 REASON_PREFIX = "faultline:"
 
 _FIELD = re.compile(r"(?:^|\s)(\w+)=(\S*)")
@@ -103,8 +115,12 @@ class SlurmBackend:
 
     name = "slurm"
 
-    def __init__(self, run: Run | None = None, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, run: Run | None = None, *, timeout_s: float = 30.0,
+                 checkpoint_signal: str | None = None) -> None:
         self.run: Run = run if run is not None else CommandLine(timeout_s)
+        if checkpoint_signal is not None and not _SIGNAL.fullmatch(checkpoint_signal):
+            raise ValueError(f"checkpoint_signal must be a signal name such as USR1, not {checkpoint_signal!r}")
+        self.checkpoint_signal = checkpoint_signal  # what the site's batch scripts trap to checkpoint (opt-in)
 
     # --- Backend ------------------------------------------------------------------------
 
@@ -136,6 +152,8 @@ class SlurmBackend:
                     f"{shlex.join(['scontrol', 'update', f'NodeName={node}', 'State=RESUME'])} when none is left")
         if cmd.type == "reboot_node":
             return shlex.join(self._reboot_args(cmd))
+        if cmd.type == "checkpoint_now":
+            return f"scancel --batch --signal={self.checkpoint_signal or '(not configured)'} {job}"
         updates = _job_updates(cmd)
         if updates:
             return (f"scontrol requeuehold {job}; scontrol update JobId={job} {' '.join(updates)}; "
@@ -146,6 +164,8 @@ class SlurmBackend:
         _check_identifiers(cmd)
         if cmd.type == "restart_job":
             return self._restart(require(cmd, "job"), _job_updates(cmd))
+        if cmd.type == "checkpoint_now":
+            return self._checkpoint_now(require(cmd, "job"))
         node = require(cmd, "node")
         if cmd.type in ("cordon_node", "drain_node"):
             return self._drain(node, _entry(cmd))
@@ -219,6 +239,15 @@ class SlurmBackend:
                                  f"fix the job, then `scontrol release {job_id}`") from exc
         self.run(["scontrol", "release", job_id])
         return f"requeued job {job_id} {what}"
+
+    def _checkpoint_now(self, job: str) -> str:
+        if self.checkpoint_signal is None:
+            raise ExecutionError("checkpoint_now is not configured for this Slurm cluster: a batch script that does "
+                                 "not trap the signal would die of it; set checkpoint_signal once its job template "
+                                 "traps it (OPERATIONS.md)")
+        job_id = self._job_id(job)
+        self.run(["scancel", "--batch", f"--signal={self.checkpoint_signal}", job_id])
+        return f"asked job {job_id} to checkpoint now (SIG{self.checkpoint_signal} to its batch script)"
 
     def _job_id(self, job: str) -> str:
         """A job id as given, or the one active job of that name."""

@@ -1,7 +1,9 @@
 """The webhook backend: tickets and notifications as an HTTP POST of the command.
 
-``open_ticket`` and ``notify`` (by default) are POSTed as the command's JSON
-to one configured URL (a ticketing system's or a chat bridge's adapter), with
+``open_ticket``, ``notify`` and ``checkpoint_now`` (by default) are POSTed as the command's JSON
+to one configured URL (a ticketing system's or a chat bridge's adapter; for ``checkpoint_now`` the
+site's job-control hook, which touches the job's control file that
+:class:`producers.jobs.reporter.CheckpointRequests` watches), with
 the header ``Idempotency-Key: <command id>``: a receiver that honours it turns
 a repeated delivery (our retry after a lost answer) into one ticket.
 
@@ -41,7 +43,7 @@ from streams.decisions import Command
 
 __all__ = ["WebhookBackend", "DEFAULT_TYPES", "retry_after_s"]
 
-DEFAULT_TYPES: frozenset[str] = frozenset({"open_ticket", "notify"})
+DEFAULT_TYPES: frozenset[str] = frozenset({"open_ticket", "notify", "checkpoint_now"})
 _TRANSIENT_STATUSES = frozenset({408, 429})
 _MAX_BODY_IN_DETAIL = 300
 

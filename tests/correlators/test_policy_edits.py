@@ -49,7 +49,8 @@ def test_a_policy_edit_shows_exactly_the_expected_difference(name: str, tmp_path
     base, cand = decide_offline(lines), decide_offline(lines, str(policy))
     assert cand == {"incidents": bt.candidate.incidents, "commands": bt.candidate.commands}
     assert base == {"incidents": bt.baseline.incidents, "commands": bt.baseline.commands}
-    assert compare(in_window(base, None, None), in_window(cand, None, None), bt.judged.xids) == d
+    assert compare(in_window(base, None, None), in_window(cand, None, None), bt.judged.xids,
+                   timeline=bt.judged.timeline) == d
 
 
 def test_the_current_policy_against_itself_differs_in_nothing(tmp_path: Path) -> None:

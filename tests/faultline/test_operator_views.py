@@ -200,14 +200,21 @@ def test_the_terminal_story_groups_repeats_and_speaks_plainly(replayed: tuple[Se
 
 
 def test_lost_gpu_hours_have_one_definition(replayed: tuple[Settings, Run]) -> None:
-    """The incident's figure, and the report's from the archived checkpoints, agree."""
+    """The incident's figure of lost work and the report's from the archived checkpoints agree; the causes
+    add the time the job is down (issue 29)."""
     from sinks.report import build_report
 
     settings, run = replayed
     with Archive.open(settings.archive_url, run.archive_namespace) as archive:
         [inc] = archive.query("SELECT lost_gpu_hours FROM incidents_latest")
         report = build_report(archive)
+        [facts] = archive.query("SELECT lost_work_gpu_hours, lost_down_gpu_hours, lost_gpu_hours, down_until_end "
+                                "FROM incident_facts")
     [loss] = [r for r in report.sections["checkpoint_loss"] if r["job"] == "pt-70b"]
     assert inc["lost_gpu_hours"] == pytest.approx(loss["lost_gpu_hours"], abs=0.002)
+    assert facts["lost_work_gpu_hours"] == pytest.approx(loss["lost_gpu_hours"], abs=0.002)
+    # a replay runs no executor: the job never runs again, so its GPUs are lost until the history ends
+    assert facts["down_until_end"] and facts["lost_down_gpu_hours"] > 0
     [cause] = report.sections["failure_causes"]
-    assert cause["lost_gpu_hours"] == pytest.approx(loss["lost_gpu_hours"], abs=0.002)
+    assert cause["lost_gpu_hours"] == pytest.approx(facts["lost_gpu_hours"], abs=0.002)
+    assert cause["lost_gpu_hours"] == pytest.approx(loss["lost_gpu_hours"] + facts["lost_down_gpu_hours"], abs=0.003)

@@ -129,8 +129,9 @@ def test_gpu_models_are_named_from_inventory_whatever_the_culprit_id(known: Repo
     models = known.sections["gpu_models"]
     assert [m["gpu_name"] for m in models] == ["NVIDIA A100", "NVIDIA H100"]  # most lost GPU-hours first
     a100, h100 = models
-    assert (a100["incidents"], a100["lost_gpu_hours"]) == (2, 2.0)  # i2 (culprit "0" on b1) and i3
-    assert (h100["incidents"], h100["culprit_gpus"], h100["lost_gpu_hours"]) == (1, 1, 1.5)
+    # i2 (culprit "0" on b1) and i3: i2's 2.0 of work, and its 8 GPUs down from 30 min to the history's end (60)
+    assert (a100["incidents"], a100["lost_gpu_hours"]) == (2, 6.0)
+    assert (h100["incidents"], h100["culprit_gpus"], h100["lost_gpu_hours"]) == (1, 1, 5.5)  # 1.5 + 16 GPUs x 15 min
 
 
 def test_checkpoint_loss_is_the_newest_checkpoint_or_run_start_age_times_the_gpus(known: Report) -> None:
@@ -270,3 +271,17 @@ def test_every_answer_has_sensible_rows_on_the_public_scenarios(replayed_archive
     assert hotspots[("lab", "ws-04")]["hardware_incidents"] == 1
     assert hotspots[("r1", "n03")]["categories"] == ["gpu_off_bus"]
     assert hotspots[("r2", "n21")]["categories"] == ["gpu_ecc_degradation"]
+
+
+def test_a_job_left_down_loses_its_gpus_until_the_end_of_the_history(known_url: str) -> None:
+    """Issue 29: j1 failed at 45 min and never ran again, so from 45 min to the history's end (60 min,
+    i2's last version) its 16 GPUs are lost too, beside the 5 min of work since its checkpoint."""
+    with Archive.open(known_url) as archive:
+        rows = _by(archive.query("SELECT id, lost_work_gpu_hours, lost_down_gpu_hours, lost_gpu_hours, "
+                                 "down_until_end FROM incident_facts"), "id")
+        causes = _by(build_report(archive).sections["failure_causes"], "category")
+    assert rows["i1"]["lost_work_gpu_hours"] == 1.5  # the incident's own figure
+    assert rows["i1"]["lost_down_gpu_hours"] == pytest.approx(15 * 60 * 16 / 3600, abs=1e-3)
+    assert rows["i1"]["lost_gpu_hours"] == pytest.approx(1.5 + 4.0, abs=1e-3) and rows["i1"]["down_until_end"]
+    assert rows["i3"]["lost_gpu_hours"] is None  # a condition of a running job stops nothing
+    assert causes["gpu_off_bus"]["lost_gpu_hours"] == pytest.approx(5.5, abs=1e-3)

@@ -13,6 +13,11 @@ To see faultline at work, make one rank fail at one step (flags, or the
     --crash-rank 1 --crash-step 5 --crash oom          # torch.OutOfMemoryError: CUDA out of memory ...
     --crash-rank 1 --crash-step 5 --crash nan          # the loss turns NaN (and training goes on)
 
+Asked to checkpoint now (faultline's ``checkpoint_now``, through the file
+``$FAULTLINE_CHECKPOINT_NOW`` that :meth:`Reporter.checkpoint_requested` polls),
+the ranks agree at the next step boundary (an all-reduce) and rank 0 saves
+then, beside the regular ``--checkpoint-every``.
+
 ``run_example.sh`` next to this file runs it under torchrun with two workers.
 """
 
@@ -28,6 +33,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
+from producers.jobs.examples.checkpoint_plan import should_save
 from producers.jobs.reporter import Reporter
 
 ILLEGAL_ACCESS = (
@@ -79,6 +85,7 @@ def main() -> None:
     ddp = DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     reporter = Reporter(args.job, rank)
+    reporter.checkpoint_requested()  # listen for checkpoint_now from here on
 
     start = 1
     latest = newest_checkpoint(args.checkpoint_dir)
@@ -106,7 +113,9 @@ def main() -> None:
             reporter.close()  # what was reported so far is written before the worker dies
             fail(args.crash, local_rank)
         reporter.step(step, loss.item(), batch * world / max(time.monotonic() - t0, 1e-6))
-        if rank == 0 and step % args.checkpoint_every == 0:
+        asked = torch.tensor([1 if reporter.checkpoint_requested() else 0])
+        dist.all_reduce(asked, op=dist.ReduceOp.MAX)  # one rank asked: all save at this step
+        if rank == 0 and should_save(step, args.checkpoint_every, bool(asked.item())):
             args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
             path = args.checkpoint_dir / f"step-{step}.pt"
             t0 = time.monotonic()

@@ -111,3 +111,26 @@ def test_days_of_history_in_a_capture(tmp_path: Path, capsys: pytest.CaptureFixt
     data = json.loads(capsys.readouterr().out)
     assert data["commands"]["by_type"]["quarantine_gpu"]["removed"] == 1
     assert data["costs"]["baseline"]["lemon_fences"] == 1 and data["costs"]["candidate"]["lemon_fences"] == 0
+
+
+SCENARIOS = Path("/work/shared/scenarios")
+
+
+@pytest.mark.skipif(not (SCENARIOS / "xid79_multi_node.jsonl").exists(), reason="needs the public scenarios")
+def test_a_job_left_down_is_not_cheaper_than_restarting_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 29's case: a candidate that only files a ticket for a GPU off the bus leaves the 32-GPU job
+    down until the capture ends; it loses more GPU-hours than the policy that fences and restarts."""
+    ticket_only = _policy(tmp_path, "categories:\n  gpu_off_bus: {severity: page, actions: [open_ticket]}\n")
+    capture = str(SCENARIOS / "xid79_multi_node.jsonl")
+    assert main(["backtest", str(ticket_only), "--capture", capture, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    base, cand = data["costs"]["baseline"], data["costs"]["candidate"]
+    # baseline: 159.9 s since the 03:20:40 checkpoint + down from 03:23:20 until its 03:23:50 restart runs
+    # again 390 s later (assumed: a backtest runs no executor), all on 32 GPUs
+    assert base["lost_gpu_hours"] == pytest.approx(1.421 + 3.733, abs=0.002) and base["jobs_down_at_end"] == 0
+    # candidate: the same lost work, and down from 03:23:20 to the capture's end at 03:34:20
+    assert cand["lost_gpu_hours"] == pytest.approx(1.421 + 5.867, abs=0.002) and cand["jobs_down_at_end"] == 1
+    assert cand["lost_gpu_hours"] > base["lost_gpu_hours"]
+    assert main(["backtest", str(ticket_only), "--capture", capture]) == 0
+    out = capsys.readouterr().out
+    assert "lost GPU-hours 5.155 -> 7.288" in out and "still down at the end of the events" in out

@@ -65,7 +65,8 @@ def test_an_archived_history_backtests_exactly_as_independent_replays(tmp_path: 
     assert bt.judged.events == len(events_of(capture))
     assert {"incidents": bt.candidate.incidents, "commands": bt.candidate.commands} == cand
     assert {"incidents": bt.baseline.incidents, "commands": bt.baseline.commands} == base
-    assert bt.diff == compare(in_window(base, None, None), in_window(cand, None, None), bt.judged.xids)
+    assert bt.diff == compare(in_window(base, None, None), in_window(cand, None, None), bt.judged.xids,
+                   timeline=bt.judged.timeline)
     d = bt.diff  # and the edit does change decisions of every kind it touches
     assert d["incidents"]["recategorised"] and d["commands"]["changed"]
     assert d["costs"]["candidate"]["approvals_asked"] > d["costs"]["baseline"]["approvals_asked"]

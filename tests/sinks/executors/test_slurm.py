@@ -241,3 +241,24 @@ def test_a_gpu_count_that_is_not_a_positive_integer_is_refused_not_dropped(count
             with pytest.raises(ExecutionError, match=why):
                 way(cmd)
     assert calls == []  # not requeued without the count: not requeued at all
+
+
+def test_checkpoint_now_signals_only_the_batch_script_and_only_where_the_site_opted_in() -> None:
+    """Issue 29: a batch script that traps USR1 turns it into the job's control file; one that does not would
+    die of it, so without ``checkpoint_signal`` the command is refused, saying why, and nothing runs."""
+    calls: list[list[str]] = []
+
+    def run(args: Sequence[str]) -> str:
+        calls.append(list(args))
+        return "4242\n" if args[0] == "squeue" else ""
+
+    ask = command("c1", "checkpoint_now", node=None, job="llm", params={})
+    with pytest.raises(ExecutionError, match="not configured"):
+        SlurmBackend(run).execute(ask)
+    assert calls == []
+    detail = SlurmBackend(run, checkpoint_signal="USR1").execute(ask)
+    assert calls == [["squeue", "--noheader", "--format=%i", "--name=llm"],
+                     ["scancel", "--batch", "--signal=USR1", "4242"]]
+    assert "4242" in detail and SlurmBackend(run).supports("checkpoint_now")
+    with pytest.raises(ValueError):
+        SlurmBackend(run, checkpoint_signal="KILL")

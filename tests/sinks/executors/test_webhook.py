@@ -137,3 +137,12 @@ def test_back_off_has_jitter_within_its_bound() -> None:
     base = [0.5, 1.0, 2.0, 2.0]
     assert len(delays) == 4 and all(b <= d <= b + 0.3 for b, d in zip(base, delays, strict=True))
     assert len({round(d - b, 6) for b, d in zip(base, delays, strict=True)}) > 1  # not one fixed offset
+
+
+def test_checkpoint_now_is_posted_by_default() -> None:
+    """Issue 29: the site's job-control hook receives checkpoint_now as it receives tickets."""
+    ask = command("cmd-ckpt-1", "checkpoint_now", node=None, job="llm", params={})
+    with scripted(Reply(202, {})) as server:
+        backend(server.url).execute(ask)
+    [req] = server.requests
+    assert req.headers["idempotency-key"] == "cmd-ckpt-1" and b'"checkpoint_now"' in req.body
