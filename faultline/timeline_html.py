@@ -84,20 +84,32 @@ def time_axis(times: Sequence[datetime], width: float) -> tuple[dict[datetime, f
     return xs, breaks
 
 
-def _label_rows(items: list[tuple[float, str]], right_edge: float) -> list[tuple[int, bool]]:
-    """Per label (x, text): the row it goes in and whether it is drawn to the left of its mark."""
+def _label_rows(items: list[tuple[float, str]], left_edge: float,
+                right_edge: float) -> list[tuple[int, float, str]]:
+    """Per label (x of its mark, text): its row, the x its text starts at, and the text drawn.
+
+    The rule: a label stays inside [left_edge, right_edge]. It starts at its mark when it fits there,
+    else ends at its mark when that fits, else is slid along until it fits; a label longer than the
+    whole width is cut with an ellipsis (the full sentence is the mark's tooltip and in the list)."""
     ends: list[float] = []  # per row, where the last label ends
     out = []
+    room = right_edge - left_edge
     for x, text in items:
+        if len(text) * CHAR_W + 10 > room:
+            text = text[:max(1, int((room - 10) / CHAR_W) - 1)] + "…"
         width = len(text) * CHAR_W + 10
-        left = x + width > right_edge
-        start, end = (x - width, x) if left else (x, x + width)
-        row = next((i for i, e in enumerate(ends) if start > e + 4), len(ends))
-        if row == len(ends):
-            ends.append(end)
+        if x + width <= right_edge:
+            start = x + 4
+        elif x - width >= left_edge:
+            start = x - width + 6
         else:
-            ends[row] = end
-        out.append((row, left))
+            start = max(left_edge, right_edge - width) + 4
+        row = next((i for i, e in enumerate(ends) if start - 4 > e + 4), len(ends))
+        if row == len(ends):
+            ends.append(start - 4 + width)
+        else:
+            ends[row] = start - 4 + width
+        out.append((row, start, text))
     return out
 
 
@@ -125,13 +137,13 @@ def render_timeline(incident: Mapping[str, Any], entries: Sequence[Mapping[str, 
     plot_w = W - LEFT - RIGHT
     xs, breaks = time_axis([_ts(e["ts"]) for e in rows] + [_ts(e["last_ts"]) for e in rows if e.get("last_ts")],
                            plot_w)
-    labels: dict[int, tuple[int, bool]] = {}
+    labels: dict[int, tuple[int, float, str]] = {}
     lane_rows: dict[str, int] = {}
     for lane in LANES:
         mine = [(k, e) for k, e in enumerate(rows) if e["entry_type"] == lane]
-        placed = _label_rows([(LEFT + xs[_ts(e["ts"])], _label(e)) for _, e in mine], W - 4)
+        placed = _label_rows([(LEFT + xs[_ts(e["ts"])], _label(e)) for _, e in mine], 4, W - 4)
         labels.update({k: p for (k, _), p in zip(mine, placed, strict=True)})
-        lane_rows[lane] = max([r for r, _ in placed], default=0) + 1
+        lane_rows[lane] = max([r for r, _, _ in placed], default=0) + 1
     lane_top, y = {}, TOP
     for lane in LANES:
         lane_top[lane] = y
@@ -164,7 +176,7 @@ def render_timeline(incident: Mapping[str, Any], entries: Sequence[Mapping[str, 
         lane = e["entry_type"]
         x = LEFT + xs[_ts(e["ts"])]
         axis_y = lane_top[lane] + LANE_PAD + ROW_H / 2
-        row, left = labels[k]
+        row, start, shown = labels[k]
         ly = axis_y + ROW_H * (row + 1) + 4
         when = _ts(e["ts"]).strftime("%H:%M:%S.%f")[:-3]
         label = html.escape(_label(e))
@@ -177,7 +189,7 @@ def render_timeline(incident: Mapping[str, Any], entries: Sequence[Mapping[str, 
             f'data-count="{e.get("count", 1)}"><title>{when} {TITLES[lane]}: {label}</title>{span}'
             f'<circle cx="{x:.1f}" cy="{axis_y}" r="{7 if e.get("count", 1) > 1 else 5}" fill="{COLORS[lane]}"/>'
             f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{ly - 9}" class="leader"/>'
-            f'<text x="{x + (-4 if left else 4):.1f}" y="{ly}" class="label{" left" if left else ""}">{label}</text></g>')
+            f'<text x="{start:.1f}" y="{ly}" class="label{" left" if start < x else ""}">{html.escape(shown)}</text></g>')
     svg.append("</svg>")
     legend = "".join(f'<span class="key"><span class="dot" style="background:{COLORS[lane]}"></span>{TITLES[lane]}</span>'
                      for lane in LANES)
@@ -208,7 +220,7 @@ h1 {{ font-size: 20px; margin: 0 0 4px; }} .sub {{ color: #444; margin-bottom: 8
 .grid {{ stroke: #f1f1f1; }} .tick {{ font-size: 11px; fill: #555; text-anchor: middle; }}
 .gap {{ fill: #f3f4f6; stroke: #cbd5e1; stroke-dasharray: 4 3; }}
 .gaplabel {{ font-size: 11px; fill: #475569; text-anchor: middle; font-style: italic; }}
-.label {{ font-size: 11px; fill: #222; }} .label.left {{ text-anchor: end; }}
+.label {{ font-size: 11px; fill: #222; }}
 .leader {{ stroke: #d4d4d4; }} .span {{ stroke-width: 5; stroke-opacity: 0.45; }}
 .empty {{ font-size: 12px; fill: #777; font-style: italic; }}
 table {{ border-collapse: collapse; width: 100%; font-size: 13px; margin-top: 16px; }}

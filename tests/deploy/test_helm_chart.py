@@ -11,7 +11,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import yaml
@@ -113,7 +113,7 @@ def test_keys_and_passwords_come_from_secrets_only() -> None:
         for spec in specs.values():
             for c in spec.get("initContainers", []) + spec["containers"]:
                 for var in c.get("env", []):
-                    if any(w in var["name"] for w in ("PASSWORD", "KEY")):
+                    if any(w in var["name"] for w in ("PASSWORD", "KEY")) and not var["name"].endswith("_FILE"):
                         assert "value" not in var, (values, c["name"], var["name"])
                 assert not any("password" in a.lower() or "secret" in a.lower() for a in c.get("command", []))
         for cm in (o for o in objects if o["kind"] == "ConfigMap"):
@@ -126,7 +126,9 @@ def test_every_stage_gets_each_key_it_refuses_to_start_without(values: str) -> N
     """A production worker or executor refuses to start without the keys ``Settings.required_keys`` names:
     the chart hands each of them over, from the keys Secret."""
     specs = _pod_specs(_objects(values))
-    for pod, stage in (("faultline-correlator", "worker"), ("faultline-executor", "executor")):
+    stages: tuple[tuple[str, Literal["worker", "executor"]], ...] = (
+        ("faultline-correlator", "worker"), ("faultline-executor", "executor"))
+    for pod, stage in stages:
         env = _env(specs[pod]["containers"][0])
         for name in Settings().required_keys(stage):
             assert name in env and "secretKeyRef" in env[name]["valueFrom"], (values, pod, name)
@@ -143,9 +145,12 @@ def test_the_keys_are_generated_and_kept_unless_a_secret_is_named() -> None:
         "name": "faultline-kafka", "key": "kafka-password-correlator"}
 
 
-def test_sasl_without_a_password_secret_refuses_to_render() -> None:
-    with pytest.raises(RuntimeError, match="set kafka.existingSecret"):
-        render(_tools(), None, "clickhouse.existingSecret=c")
+def test_sasl_without_a_password_secret_generates_development_ones() -> None:
+    """A trial installs with no values (tests/deploy/test_helm_trial.py); the stages' Secret is then the
+    chart's, and the admin's password has a Secret of its own."""
+    objects = [o for o in yaml.safe_load_all(render(_tools(), None, "clickhouse.existingSecret=c")) if o]
+    assert _one(objects, "Secret", "faultline-kafka")["metadata"]["annotations"]["faultline.io/development-only"]
+    assert set(_one(objects, "Secret", "faultline-kafka-admin")["data"]) == {"kafka-password-admin"}
 
 
 def test_agent_daemonset_runs_on_gpu_nodes_with_minimal_privileges() -> None:
@@ -300,6 +305,7 @@ def test_topics_are_applied_before_every_stage_and_correlators_are_standbys() ->
         init = specs[f"faultline-{stage}"]["initContainers"][0]
         assert init["command"] == ["faultline", "topics", "apply"]
         assert _env(init)["FAULTLINE_KAFKA_USERNAME"]["value"] == "faultline-admin"
+        assert "FAULTLINE_KAFKA_PASSWORD" not in _env(init)  # a file of its own (test_helm_trial.py)
     correlator = _one(objects, "Deployment", "faultline-correlator")
     assert correlator["spec"]["replicas"] == 2
     env = {v["name"]: v.get("value") for v in specs["faultline-correlator"]["containers"][0]["env"]}

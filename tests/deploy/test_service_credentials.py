@@ -86,6 +86,7 @@ def test_kubernetes_stages_log_in_as_their_own_users(values: Path) -> None:
         for init in spec.get("initContainers", []):
             if init["name"] == "topics":
                 assert _env(init)["FAULTLINE_KAFKA_USERNAME"] == "faultline-admin", stage
-                assert _env(init)["FAULTLINE_KAFKA_PASSWORD"] == "kafka-password-admin", stage
+                assert "FAULTLINE_KAFKA_PASSWORD" not in _env(init), stage  # a mounted file, its own Secret
+                assert _env(init)["FAULTLINE_KAFKA_PASSWORD_FILE"].startswith("/run/secrets/kafka-admin/"), stage
     assert keys == {stage: f"kafka-password-{user}" for stage, user in KUBERNETES_STAGES.items() if stage in keys}
     assert {"agent", "jobsource", "correlator", "sink"} <= set(keys)

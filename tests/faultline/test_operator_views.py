@@ -125,12 +125,13 @@ def _capture_story() -> dict[str, object]:
     return {"nccl_timeouts": len(timeouts), "job_failed": len(failed), "xids": len(xids)}
 
 
-def _rendered_layout(html_text: str, tmp_path: Path) -> dict[str, object]:
-    """The page laid out by headless Chromium: each mark's lane, label and label box on screen."""
-    page = tmp_path / "layout.html"
+def _rendered_layout(html_text: str, tmp_path: Path, width: int = 1500) -> dict[str, object]:
+    """The page laid out by headless Chromium in a window ``width`` px wide: each mark's lane, label and
+    label box on screen."""
+    page = tmp_path / f"layout-{width}.html"
     page.write_text(html_text.replace("</body>", _LAYOUT), encoding="utf-8")
     dom = subprocess.run([CHROMIUM or "", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                          f"--user-data-dir={tmp_path / 'profile-layout'}", "--window-size=1500,1000",
+                          f"--user-data-dir={tmp_path / 'profile-layout'}", f"--window-size={width},1000",
                           "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     found = re.search(r'<pre id="layout">(.*?)</pre>', dom.stdout, re.S)
@@ -153,7 +154,9 @@ def test_the_html_timeline_tells_the_whole_story_readably(replayed: tuple[Settin
     layout = _rendered_layout(page, tmp_path)
     marks = layout["marks"]
     assert isinstance(marks, list) and len(marks) == len(story["timeline"])
-    left, top, right, bottom = layout["svg"]  # type: ignore[misc]
+    box = layout["svg"]
+    assert isinstance(box, list)
+    left, top, right, bottom = (float(v) for v in box)
     for m in marks:
         x0, y0, x1, y1 = m["t"]
         assert left <= x0 and x1 <= right + 1 and top <= y0 and y1 <= bottom, f"label outside the picture: {m}"

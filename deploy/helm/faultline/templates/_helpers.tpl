@@ -35,15 +35,47 @@ app.kubernetes.io/component: {{ .component }}
 {{- hasPrefix "SASL" .Values.kafka.securityProtocol -}}
 {{- end -}}
 
-{{/* The Secret holding kafka-password-<user>. */}}
+{{/* The Secret holding the stages' kafka-password-<user> (none with plaintext Kafka). Without
+kafka.existingSecret the chart makes it: from kafka.passwords, else generated for a trial. */}}
 {{- define "faultline.kafkaSecret" -}}
 {{- if .Values.kafka.existingSecret -}}
 {{ .Values.kafka.existingSecret }}
-{{- else if .Values.kafka.passwords -}}
-{{ include "faultline.fullname" . }}-kafka
 {{- else if eq (include "faultline.sasl" .) "true" -}}
-{{- fail "kafka.securityProtocol is SASL_*: set kafka.existingSecret (a Secret with kafka-password-<user> keys) or, for development, kafka.passwords" -}}
+{{ include "faultline.fullname" . }}-kafka
 {{- end -}}
+{{- end -}}
+
+{{/* The Secret holding kafka-password-admin, which only the topics init container mounts (never an env
+variable, never in a stage container): kafka.existingSecret's key, else a Secret of its own. */}}
+{{- define "faultline.kafkaAdminSecret" -}}
+{{- .Values.kafka.existingSecret | default (printf "%s-kafka-admin" (include "faultline.fullname" .)) -}}
+{{- end -}}
+
+{{/* A password the chart makes for a trial: .root, .secret, .key, .given (a value, or empty). The given one,
+else the live Secret's (helm upgrade keeps it: `lookup`), else 32 random characters. */}}
+{{- define "faultline.devPassword" -}}
+{{- $old := lookup "v1" "Secret" .root.Release.Namespace .secret -}}
+{{- if .given -}}
+{{ .given }}
+{{- else if and $old $old.data (hasKey $old.data .key) -}}
+{{ index $old.data .key | b64dec }}
+{{- else -}}
+{{ randAlphaNum 32 }}
+{{- end -}}
+{{- end -}}
+
+{{/* The secrets the chart generates (nothing given for them): a list, empty in production. */}}
+{{- define "faultline.generatedSecrets" -}}
+{{- $made := list -}}
+{{- if and (eq (include "faultline.sasl" .) "true") (not .Values.kafka.existingSecret) -}}
+{{- range $user, $name := .Values.kafka.users -}}
+{{- if not (index $.Values.kafka.passwords $user) -}}{{- $made = append $made (printf "Kafka password of %s" $name) -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not (or .Values.clickhouse.existingSecret .Values.clickhouse.password) -}}
+{{- $made = append $made (printf "ClickHouse password of %s" .Values.clickhouse.user) -}}
+{{- end -}}
+{{- toJson $made -}}
 {{- end -}}
 
 {{- define "faultline.keysSecret" -}}
@@ -51,13 +83,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "faultline.clickhouseSecret" -}}
-{{- if .Values.clickhouse.existingSecret -}}
-{{ .Values.clickhouse.existingSecret }}
-{{- else if .Values.clickhouse.password -}}
-{{ include "faultline.fullname" . }}-clickhouse
-{{- else -}}
-{{- fail "set clickhouse.existingSecret (a Secret with the key clickhouse-password) or, for development, clickhouse.password" -}}
-{{- end -}}
+{{- .Values.clickhouse.existingSecret | default (printf "%s-clickhouse" (include "faultline.fullname" .)) -}}
 {{- end -}}
 
 {{/* Kafka identity of one stage: .root, .user (a key of kafka.users). Never on argv, never in a ConfigMap. */}}
@@ -105,7 +131,8 @@ readOnlyRootFilesystem: true
 capabilities: {drop: [ALL]}
 {{- end -}}
 
-{{/* The `topics apply` init container: .root, .component */}}
+{{/* The `topics apply` init container: .root, .component. It alone has the Kafka admin's password, as a
+file from a volume of its own (faultline.topicsVolume) that no stage container mounts. */}}
 {{- define "faultline.topicsInit" -}}
 {{- if .root.Values.topicsInitContainer -}}
 initContainers:
@@ -115,8 +142,14 @@ initContainers:
     command: ["faultline", "topics", "apply"]
     envFrom:
       - configMapRef: {name: {{ include "faultline.fullname" .root }}-config}
-    {{- with include "faultline.kafkaEnv" (dict "root" .root "user" "admin") }}
-    env: {{- . | nindent 6 }}
+    {{- if eq (include "faultline.sasl" .root) "true" }}
+    env:
+      - name: FAULTLINE_KAFKA_USERNAME
+        value: {{ .root.Values.kafka.users.admin | quote }}
+      - name: FAULTLINE_KAFKA_PASSWORD_FILE
+        value: /run/secrets/kafka-admin/password
+    volumeMounts:
+      - {name: kafka-admin, mountPath: /run/secrets/kafka-admin, readOnly: true}
     {{- end }}
     resources:
       requests: {cpu: 50m, memory: 128Mi}
@@ -126,6 +159,17 @@ initContainers:
 {{- end }}
 {{- end -}}
 
+{{/* The topics init container's volume (an item of the pod's volumes): the admin's key only. */}}
+{{- define "faultline.topicsVolume" -}}
+{{- if and .Values.topicsInitContainer (eq (include "faultline.sasl" .) "true") -}}
+- name: kafka-admin
+  secret:
+    secretName: {{ include "faultline.kafkaAdminSecret" . }}
+    items: [{key: kafka-password-admin, path: password}]
+    defaultMode: 0440
+{{- end -}}
+{{- end -}}
+
 {{/* Prometheus annotations of a pod template: .port */}}
 {{- define "faultline.scrape" -}}
 prometheus.io/scrape: "true"
@@ -133,10 +177,18 @@ prometheus.io/port: {{ .port | quote }}
 prometheus.io/path: /metrics
 {{- end -}}
 
-{{- define "faultline.liveness" -}}
-livenessProbe:                 # a process that stops serving is restarted; a stage that fails exits (crash-only)
+{{/* Every stage's probes. Live: it serves /metrics (a stage that fails exits: crash-only). Ready: it
+serves /metrics too, which a stage starts only after its settings are checked and its broker answered
+(the executor and sink, faultline/commands/stages.py), so a rollout waits for the new pod and
+`kubectl get pods` shows READY 0/1 for one that cannot start. */}}
+{{- define "faultline.probes" -}}
+livenessProbe:
   httpGet: {path: /metrics, port: metrics}
   initialDelaySeconds: 30
   periodSeconds: 10
   failureThreshold: 6
+readinessProbe:
+  httpGet: {path: /metrics, port: metrics}
+  periodSeconds: 5
+  failureThreshold: 3
 {{- end -}}
