@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from common.settings import REPO_ROOT
 from faultline.cli import main
 from sinks.archive import Archive
 from sinks.archive.advice_views import MAX_INTERVAL_S, MIN_FAILURES, MIN_INTERVAL_S, PRIOR_RATE_PER_GPU_HOUR
@@ -187,3 +188,16 @@ def test_an_empty_archive_advises_nothing(tmp_path: Any) -> None:
 
     render_advice(doc, Console(file=out, width=200))
     assert "no job" in out.getvalue()
+
+
+def test_the_fleet_dashboard_panel_shows_the_same_advice(fleet: Callable[[int], str]) -> None:
+    """The Grafana fleet dashboard's panel reads the same view: same jobs, same figures, same order."""
+    board = json.loads((REPO_ROOT / "deploy" / "grafana" / "dashboards" / "faultline-fleet.json").read_text())
+    [panel] = [p for p in board["panels"] if p["title"] == "Checkpoint advice"]
+    sql = panel["targets"][0]["rawSql"]
+    assert "$" not in sql  # over the whole history, not the dashboard's time range
+    with Archive.open(fleet(6)) as archive:
+        shown = archive.query(sql)
+        advice = checkpoint_advice(archive)["jobs"]
+    assert [(r["job"], r["advised_interval_s"], r["cost_gpu_hours_per_day"], r["failures"]) for r in shown] == [
+        (r["job"], r["advised_interval_s"], r["cost_gpu_hours_per_day"], r["failures"]) for r in advice]
