@@ -48,6 +48,8 @@ def render_report(report: Report, console: Console | None = None) -> None:
         console.print()
         if rows:
             print_table(console, section.title, rows, _columns(section, rows), caption=section.question)
+            if section.note:
+                console.print(f"({section.note})", markup=False, highlight=False)
         else:
             console.print(f"{section.title}: no data in this window ({section.question})", markup=False,
                           highlight=False)

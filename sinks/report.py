@@ -16,6 +16,7 @@ section                   question
 ``first_restart``         How often does the first restart succeed?
 ``checkpoint_trend``      Are checkpoint writes getting slower?
 ``fault_hotspots``        Which racks and nodes concentrate faults?
+``lost_phases``           Where did the lost GPU-hours go? (migration 9)
 ========================  ===============================================================
 
 :func:`build_report` runs them; :meth:`Report.to_json` gives plain JSON for scripts;
@@ -75,6 +76,7 @@ class Section:
     question: str
     view: str
     columns: tuple[str, ...]
+    note: str = ""  # what the answer cannot tell, shown under its table
 
 
 SECTIONS: tuple[Section, ...] = (
@@ -123,6 +125,20 @@ SECTIONS: tuple[Section, ...] = (
         ("rack", "node", "incidents", "hardware_incidents", "jobs", "categories", "lost_gpu_hours",
          "last_at"),
     ),
+    Section(
+        "lost_phases", "Where the lost hours went",
+        "Which phases of the way back did the lost GPU-hours go to, per cause?",
+        "report_lost_phases",
+        ("category", "incidents", "lost_gpu_hours", "lost_work_gpu_hours", "detection_gpu_hours",
+         "fencing_gate_gpu_hours", "approval_wait_gpu_hours", "requeue_gpu_hours", "human_repair_gpu_hours",
+         "still_down"),
+        note=("measured: the work since the checkpoint, detection (failure to published incident), fencing and "
+              "the restart gate (to the restart command), approval wait (to the approved restart's execution), "
+              "requeue (to the job's next start), a person's repair (no restart: to the next start); still_down: "
+              "jobs not running again by the history's end (their last phase runs to it). The archive cannot "
+              "measure the checkpoint reload and warm-up (a job counts as running from its start), nor a fault "
+              "before its first evidence (a hang's collective timeout is in the lost work)"),
+    ),
 )
 
 
@@ -147,7 +163,7 @@ class Report:
             "since": None if self.since is None else rfc3339(self.since),
             "until": None if self.until is None else rfc3339(self.until),
             "sections": {
-                s.key: {"title": s.title, "question": s.question,
+                s.key: {"title": s.title, "question": s.question, **({"note": s.note} if s.note else {}),
                         "rows": [{k: _plain(v) for k, v in row.items()} for row in self.sections.get(s.key, [])]}
                 for s in SECTIONS
             },

@@ -21,6 +21,10 @@ again. What differs between the policies is that time:
   a person). Then the scheduler's relaunch and the checkpoint reload, as for the
   baseline; a cause no restart answers waits for a person.
 
+Where the time goes: every interruption's GPU-hours are split into :data:`PHASES` (lost work, detection,
+fencing and gate, approval wait, requeue, reload, a person's repair), per cause and policy
+(:func:`breakdown`); ``compare`` reports their means over the seeds in ``where_the_time_goes``.
+
 Effective training time ratio (ETTR) is the share of the run's wall time spent
 training: the run minus what interruptions lose minus the time checkpoints
 block training (``checkpoint_save_s`` each), over the run.
@@ -34,7 +38,7 @@ from typing import Any
 
 from faultline.bench.interruptions import CauseTiming, Timing, as_json, measure_all
 
-__all__ = ["Cause", "LLAMA3_TAXONOMY", "Assumptions", "simulate", "compare", "ettr"]
+__all__ = ["Cause", "LLAMA3_TAXONOMY", "PHASES", "Assumptions", "breakdown", "simulate", "compare", "ettr"]
 
 
 @dataclass(frozen=True)
@@ -88,34 +92,60 @@ class Assumptions:
     timings: dict[str, CauseTiming] | None = None
 
 
+Phases = dict[str, float]
+
+PHASES = ("lost_work", "detection", "fencing_gate", "approval_wait", "requeue", "reload", "human_repair")
+"""Where an interruption's GPU-hours go: the work since the last checkpoint; the time until the failure is
+known (the engine's first incident; for torchrun, the collective timeout of a hang); fencing and the restart
+gate, until the restart command; a person's approval of it; the scheduler's relaunch (torchrun's restart
+chain); the checkpoint reload and warm-up; a person's repair (no restart decided, no spare, or torchrun's
+restart budget spent on broken hardware)."""
+
+
+def _phases() -> Phases:
+    return dict.fromkeys(PHASES, 0.0)
+
+
 def _lost_progress_s(a: Assumptions, r: random.Random) -> float:
     return r.uniform(0, a.checkpoint_interval_s)
 
 
-def _baseline_s(c: Cause, a: Assumptions, r: random.Random) -> float:
-    """Downtime under torchrun-style restarts in place."""
-    detect = a.collective_timeout_s if c.hang else 0.0
-    t = detect + r.uniform(*a.torchrun_restart_s) + a.job_reload_s
+def _baseline_s(c: Cause, a: Assumptions, r: random.Random) -> Phases:
+    """Downtime under torchrun-style restarts in place, by phase (its futile restarts on broken hardware
+    count in detection, requeue and reload like the first)."""
+    p = _phases()
+    p["detection"] += a.collective_timeout_s if c.hang else 0.0
+    p["requeue"] += r.uniform(*a.torchrun_restart_s)
+    p["reload"] += a.job_reload_s
     if c.hardware:  # the restart lands on the same broken hardware: it fails again, up to the budget
         for _ in range(a.max_restarts):
-            t += (a.collective_timeout_s if c.hang else 30.0) + r.uniform(*a.torchrun_restart_s) + a.job_reload_s
-        t += r.uniform(*a.human_fix_s) + r.uniform(*a.torchrun_restart_s) + a.job_reload_s
-    return t
+            p["detection"] += a.collective_timeout_s if c.hang else 30.0
+            p["requeue"] += r.uniform(*a.torchrun_restart_s)
+            p["reload"] += a.job_reload_s
+        p["human_repair"] += r.uniform(*a.human_fix_s)
+        p["requeue"] += r.uniform(*a.torchrun_restart_s)
+        p["reload"] += a.job_reload_s
+    return p
 
 
-def _faultline_s(c: Cause, a: Assumptions, r: random.Random, t: Timing) -> float:
-    """Downtime when faultline acts as the engine decided (``t``: this occurrence's measured timing)."""
+def _faultline_s(c: Cause, a: Assumptions, r: random.Random, t: Timing) -> Phases:
+    """Downtime when faultline acts as the engine decided (``t``: this occurrence's measured timing), by phase:
+    detection to the first incident, fencing and gate from there to the restart command, then approval,
+    requeue and reload; a person's repair where no restart was decided, or no spare is left."""
+    p = _phases()
     if t.restart_s is None:  # no restart decided: a person finds the failure and restarts the job
-        found = t.detect_s if t.detect_s is not None else (a.collective_timeout_s if c.hang else 0.0)
-        down = found + r.uniform(*a.human_fix_s)
-    elif t.restart_needs_approval:
-        down = t.restart_s + r.uniform(*a.software_approval_s)
+        p["detection"] = t.detect_s if t.detect_s is not None else (a.collective_timeout_s if c.hang else 0.0)
+        p["human_repair"] = r.uniform(*a.human_fix_s)
     else:
-        down = t.restart_s
-    down += r.uniform(*a.torchrun_restart_s) + a.job_reload_s
+        p["detection"] = min(t.detect_s if t.detect_s is not None else t.restart_s, t.restart_s)
+        p["fencing_gate"] = t.restart_s - p["detection"]
+        if t.restart_needs_approval:
+            p["approval_wait"] = r.uniform(*a.software_approval_s)
+    p["requeue"] = r.uniform(*a.torchrun_restart_s)
+    p["reload"] = a.job_reload_s
     if c.hardware and not a.spare_capacity:
-        down += r.uniform(*a.human_fix_s)  # nowhere else to run: wait for the repair
-    return down
+        p["human_repair"] += r.uniform(*a.human_fix_s)  # nowhere else to run: wait for the repair
+    return p
 
 
 def _unknown_cause(t: CauseTiming) -> bool:
@@ -123,24 +153,37 @@ def _unknown_cause(t: CauseTiming) -> bool:
     return t.first.restart_needs_approval is False and t.again.restart_needs_approval is True
 
 
-def simulate(a: Assumptions) -> dict[str, float]:
-    """Total GPU-hours lost under each policy (the same draw of interruptions for both)."""
+def breakdown(a: Assumptions) -> tuple[dict[str, float], dict[str, dict[str, Phases]]]:
+    """:func:`simulate`'s totals, and the same GPU-hours per policy, per cause, per phase of :data:`PHASES`
+    (they add up to the totals)."""
     timings = a.timings if a.timings is not None else measure_all()
     r = random.Random(a.seed)
     events = [c for c in a.taxonomy for _ in range(c.count)]
     r.shuffle(events)
-    base = fl = 0.0
+    gpu_h = a.gpus / 3600
+    spent: dict[str, dict[str, Phases]] = {p: {c.name: _phases() for c in a.taxonomy} for p in ("baseline", "faultline")}
     unknown_restarted = False  # the job's automatic restart of a cause not blamed on hardware is used up
     for c in events:
         progress = _lost_progress_s(a, r)
         timing = timings[c.name]
         occurrence = timing.again if unknown_restarted and _unknown_cause(timing) else timing.first
         unknown_restarted = unknown_restarted or _unknown_cause(timing)
-        base += progress + _baseline_s(c, a, random.Random(r.random()))
-        fl += progress + _faultline_s(c, a, random.Random(r.random()), occurrence)
-    gpu_h = a.gpus / 3600
-    return {"interruptions": len(events), "baseline_lost_gpu_hours": base * gpu_h,
-            "faultline_lost_gpu_hours": fl * gpu_h}
+        drawn = (("baseline", _baseline_s(c, a, random.Random(r.random()))),
+                 ("faultline", _faultline_s(c, a, random.Random(r.random()), occurrence)))
+        for policy, phases in drawn:
+            into = spent[policy][c.name]
+            into["lost_work"] += progress * gpu_h
+            for phase, seconds in phases.items():
+                into[phase] += seconds * gpu_h
+    totals = {"interruptions": len(events),
+              "baseline_lost_gpu_hours": sum(sum(v.values()) for v in spent["baseline"].values()),
+              "faultline_lost_gpu_hours": sum(sum(v.values()) for v in spent["faultline"].values())}
+    return totals, spent
+
+
+def simulate(a: Assumptions) -> dict[str, float]:
+    """Total GPU-hours lost under each policy (the same draw of interruptions for both)."""
+    return breakdown(a)[0]
 
 
 def ettr(a: Assumptions, lost_gpu_hours: float) -> float:
@@ -152,8 +195,23 @@ def ettr(a: Assumptions, lost_gpu_hours: float) -> float:
 
 
 def _medians(a: Assumptions, runs: int) -> dict[str, float]:
-    results = [simulate(replace(a, seed=a.seed + i)) for i in range(runs)]
-    return {k: sorted(r[k] for r in results)[runs // 2] for k in results[0]}
+    return _medians_and_phases(a, runs)[0]
+
+
+def _medians_and_phases(a: Assumptions, runs: int) -> tuple[dict[str, float], dict[str, Any]]:
+    """The median totals over ``runs`` seeds, and where the time went: the mean GPU-hours per policy, per
+    phase (``total``) and per cause and phase (``by_cause``), rounded to the GPU-hour. Means, because means
+    add up across causes and phases as medians do not."""
+    results = [breakdown(replace(a, seed=a.seed + i)) for i in range(runs)]
+    medians = {k: sorted(r[0][k] for r in results)[runs // 2] for k in results[0][0]}
+    where: dict[str, Any] = {"phases": list(PHASES), "runs": runs, "statistic": "mean GPU-hours over the seeds"}
+    for policy in ("baseline", "faultline"):
+        by_cause = {c: {p: round(sum(r[1][policy][c][p] for r in results) / runs) for p in PHASES}
+                    for c in results[0][1][policy]}
+        total = {p: round(sum(sum(r[1][policy][c][p] for c in r[1][policy]) for r in results) / runs)
+                 for p in PHASES}
+        where[policy] = {"total": total, "by_cause": by_cause}
+    return medians, where
 
 
 def compare(a: Assumptions | None = None, runs: int = 20,
@@ -163,7 +221,7 @@ def compare(a: Assumptions | None = None, runs: int = 20,
     a = a or Assumptions()
     timings = a.timings if a.timings is not None else measure_all()
     a = replace(a, timings=timings)
-    med = _medians(a, runs)
+    med, where = _medians_and_phases(a, runs)
     total_gpu_h = a.gpus * a.days * 24
     assumptions = {k: v for k, v in asdict(a).items() if k not in ("taxonomy", "timings")}
     assumptions["taxonomy"] = {c.name: {"count": c.count, "stays_broken": c.hardware, "hang": c.hang}
@@ -186,6 +244,7 @@ def compare(a: Assumptions | None = None, runs: int = 20,
         "ettr_by_checkpoint_interval": sensitivity,
         "published_anchors": {"meta_llama3_effective_training_time": "> 0.90",
                               "bytedance_byterobust_ettr": 0.97},
+        "where_the_time_goes": where,
         "interruptions": int(med["interruptions"]),
         "runs": runs,
         "faultline_timings_by_cause": as_json(timings),

@@ -340,6 +340,11 @@ def _every_section(bench: Bench, settings: Settings, sizes: Sizes, out: dict[str
     out.update(agent_cpu_pct(sizes.agent_seconds))
     _say("6/6 goodput from the engine's own decisions")
     out["goodput"] = compare(runs=sizes.goodput_runs)
+    for policy in ("baseline", "faultline"):
+        total = out["goodput"]["where_the_time_goes"][policy]["total"]
+        whole = sum(total.values()) or 1
+        _say(f"   where {policy}'s lost GPU-hours go: "
+             + ", ".join(f"{phase} {share / whole:.0%}" for phase, share in total.items()))
 
 
 def _load() -> list[float]:

@@ -44,9 +44,12 @@ def register(add: Add) -> None:
     tl.set_defaults(run=_operator_view)
 
     o = add("report", "Answer the operators' questions from the archive (failures, lost GPU-hours, recovery...); "
-            "`report lemons`: the GPUs and nodes that keep hurting jobs.", "faultline report --since 7d")
-    o.add_argument("topic", nargs="?", choices=["lemons"],
-                   help="lemons: GPUs and nodes by lemon score (failures blamed on software, across jobs), worst first")
+            "`report lemons`: the GPUs and nodes that keep hurting jobs; `report checkpoints`: each job's checkpoint "
+            "interval against the one the fleet's failure rate advises.", "faultline report --since 7d")
+    o.add_argument("topic", nargs="?", choices=["lemons", "checkpoints"],
+                   help="lemons: GPUs and nodes by lemon score (failures blamed on software, across jobs), worst "
+                        "first; checkpoints: per job, its interval, the advised one (Young) and the GPU-hours a "
+                        "day the difference costs")
     o.add_argument("--since", help="window start: a duration back from now (30m, 12h, 7d, 2w) or an ISO date/time")
     o.add_argument("--json", action="store_true", help="print JSON on standard output instead of tables")
     o.add_argument("--namespace", help=_NAMESPACE_HELP)
@@ -81,6 +84,8 @@ def _report(args: argparse.Namespace, settings: Settings) -> int:
     since = _since(args.since)
     if args.topic == "lemons":
         return _lemons(args, settings, since)
+    if args.topic == "checkpoints":
+        return _checkpoints(args, settings)
     with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
                       create=False) as archive:
         report = build_report(archive, since=since)
@@ -88,6 +93,22 @@ def _report(args: argparse.Namespace, settings: Settings) -> int:
         print(to_json(report.to_json()))
     else:
         render_report(report)
+    return 0
+
+
+def _checkpoints(args: argparse.Namespace, settings: Settings) -> int:
+    from faultline.checkpoint_view import render_advice
+    from faultline.preflight import open_archive
+    from faultline.terminal import to_json
+    from sinks.checkpoint_advice import checkpoint_advice
+
+    if args.since:
+        raise UsageError("report checkpoints reads the archive's whole history (failure rates need it): "
+                         "--since does not apply")
+    with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
+                      create=False) as archive:
+        doc = checkpoint_advice(archive)
+    print(to_json(doc)) if args.json else render_advice(doc)
     return 0
 
 

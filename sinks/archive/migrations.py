@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from clickhouse_connect.driver.client import Client
 
+from sinks.archive.advice_views import advice_statements
 from sinks.archive.lost_views import lost_statements
 
 __all__ = [
@@ -656,6 +657,8 @@ MIGRATIONS: list[Migration] = [
     Migration(7, "gpu_ledger: a validate_gpu command marks the GPU validating, not validated", _VALIDATING),
     Migration(8, "lost GPU-hours count the time a job is down until it runs again",
               lost_statements(_HARDWARE, _STOPS_JOB, _FAR_PAST)),
+    Migration(9, "where the lost hours went (report_lost_phases) and checkpoint advice (checkpoint_advice)",
+              advice_statements(_HARDWARE, _STOPS_JOB, _WINDOW)),
 ]
 
 _BOOKKEEPING = """
