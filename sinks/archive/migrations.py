@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from clickhouse_connect.driver.client import Client
 
+from sinks.archive.health_tables import heartbeat_statements
 from sinks.archive.lost_views import lost_statements
 
 __all__ = [
@@ -45,6 +46,7 @@ TABLES = (
     "deadletters",
     "checkpoints",
     "gpu_ledger",
+    "stage_heartbeats",
 )
 """The archive's tables (all ReplacingMergeTree: read them with ``FINAL``)."""
 
@@ -656,6 +658,7 @@ MIGRATIONS: list[Migration] = [
     Migration(7, "gpu_ledger: a validate_gpu command marks the GPU validating, not validated", _VALIDATING),
     Migration(8, "lost GPU-hours count the time a job is down until it runs again",
               lost_statements(_HARDWARE, _STOPS_JOB, _FAR_PAST)),
+    Migration(9, "stage_heartbeats: each stage's own heartbeat, for status", heartbeat_statements(_ENGINE, _SETTINGS)),
 ]
 
 _BOOKKEEPING = """
