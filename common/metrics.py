@@ -62,11 +62,12 @@ Pipeline metrics (``stage`` is one of :data:`STAGES`)
     Event time (Unix seconds) of the newest record a stage processed: its watermark. The
     correlator sets it per event; ``time() - faultline_stage_event_timestamp_seconds`` is how far it
     lags the world.
-``faultline_stage_heartbeat_timestamp_seconds{stage, instance}`` — :data:`HEARTBEAT_TIME`
+``faultline_stage_heartbeat_timestamp_seconds{stage, stage_instance}`` — :data:`HEARTBEAT_TIME`
     When (Unix seconds) each stage instance last said it was alive (:mod:`streams.health`); set by
     the sink, from every heartbeat it archives, with :func:`observe_heartbeat`. Beside it
-    ``faultline_stage_heartbeat_interval_seconds{stage, instance}`` (:data:`HEARTBEAT_INTERVAL`),
-    the interval that instance promised; ``StageSilent`` fires past three of them.
+    ``faultline_stage_heartbeat_interval_seconds{stage, stage_instance}`` (:data:`HEARTBEAT_INTERVAL`),
+    the interval that instance promised; ``StageSilent`` fires past three of them. ``stage_instance``,
+    not ``instance``: Prometheus gives every scraped series the target's ``instance`` (the sink's).
 
 Metrics the node agent exports (names only: :data:`AGENT_METRICS`)
 ------------------------------------------------------------------
@@ -201,11 +202,11 @@ EVENT_TIME = Gauge(
 
 HEARTBEAT_TIME = Gauge(
     "faultline_stage_heartbeat_timestamp_seconds", "When (Unix seconds) a stage instance last said it was alive.",
-    ["stage", "instance"],
+    ["stage", "stage_instance"],
 )
 HEARTBEAT_INTERVAL = Gauge(
     "faultline_stage_heartbeat_interval_seconds", "How often a stage instance promised to say it is alive.",
-    ["stage", "instance"],
+    ["stage", "stage_instance"],
 )
 
 _open_labels: set[tuple[str, str]] = set()
