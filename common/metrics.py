@@ -62,6 +62,12 @@ Pipeline metrics (``stage`` is one of :data:`STAGES`)
     Event time (Unix seconds) of the newest record a stage processed: its watermark. The
     correlator sets it per event; ``time() - faultline_stage_event_timestamp_seconds`` is how far it
     lags the world.
+``faultline_stage_heartbeat_timestamp_seconds{stage, stage_instance}`` — :data:`HEARTBEAT_TIME`
+    When (Unix seconds) each stage instance last said it was alive (:mod:`streams.health`); set by
+    the sink, from every heartbeat it archives, with :func:`observe_heartbeat`. Beside it
+    ``faultline_stage_heartbeat_interval_seconds{stage, stage_instance}`` (:data:`HEARTBEAT_INTERVAL`),
+    the interval that instance promised; ``StageSilent`` fires past three of them. ``stage_instance``,
+    not ``instance``: Prometheus gives every scraped series the target's ``instance`` (the sink's).
 
 Metrics the node agent exports (names only: :data:`AGENT_METRICS`)
 ------------------------------------------------------------------
@@ -116,6 +122,8 @@ __all__ = [
     "BLAST_RADIUS_HELD", "DEAD_LETTERS",
     "DETECTION_TO_COMMAND",
     "EVENT_TIME",
+    "HEARTBEAT_INTERVAL",
+    "HEARTBEAT_TIME",
     "GPU_SERIES_LABELS",
     "INCIDENTS_OPEN",
     "MAX_DETECTION_AGE_S",
@@ -127,8 +135,10 @@ __all__ = [
     "STAGES",
     "MetricSpec",
     "observe_detection_to_command",
+    "observe_heartbeat",
     "set_consumer_lag",
     "set_incidents_open",
+    "stage_lag",
 ]
 
 STAGES = ("producer", "agent", "correlator", "sink", "executor")
@@ -190,8 +200,18 @@ EVENT_TIME = Gauge(
     ["stage"],
 )
 
+HEARTBEAT_TIME = Gauge(
+    "faultline_stage_heartbeat_timestamp_seconds", "When (Unix seconds) a stage instance last said it was alive.",
+    ["stage", "stage_instance"],
+)
+HEARTBEAT_INTERVAL = Gauge(
+    "faultline_stage_heartbeat_interval_seconds", "How often a stage instance promised to say it is alive.",
+    ["stage", "stage_instance"],
+)
+
 _open_labels: set[tuple[str, str]] = set()
 _lag_labels: dict[str, set[tuple[str, str]]] = {}
+_lag_totals: dict[str, int] = {}
 
 
 class MetricSpec(NamedTuple):
@@ -266,3 +286,16 @@ def set_consumer_lag(stage: str, lags: Mapping[tuple[str, int], int]) -> None:
     for (topic, partition), lag in current.items():
         CONSUMER_LAG.labels(stage, topic, partition).set(lag)
     known.update(current)
+    _lag_totals[stage] = sum(current.values())
+
+
+def stage_lag(stage: str) -> int | None:
+    """The records a stage of this process is behind, over every partition it reads, as it last
+    measured them (:func:`set_consumer_lag`); ``None`` until it has. Its heartbeat carries this."""
+    return _lag_totals.get(stage)
+
+
+def observe_heartbeat(stage: str, instance: str, at: datetime, interval_s: float) -> None:
+    """A stage instance's heartbeat, as the sink archived it: its time and promised interval."""
+    HEARTBEAT_TIME.labels(stage, instance).set(at.timestamp())
+    HEARTBEAT_INTERVAL.labels(stage, instance).set(interval_s)

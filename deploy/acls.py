@@ -8,22 +8,23 @@ authenticates as a user of its own and is granted exactly what its code does:
 ============  ===================================================================================
 service       grants (``ns`` = the namespace, ``app`` = ``faultline-correlator.<ns>``)
 ============  ===================================================================================
-agent         write ``events``, ``deadletters`` (node agents, scheduler sources, Slurm hooks); read
+agent         write ``events``, ``deadletters``, ``heartbeats`` (node agents, scheduler sources, Slurm hooks); read
               them (no group): after a crash the spool reads back what it had delivered unrecorded
 operator      write ``events`` (quarantine/release, signed with an operator key: the correlator
               ignores unsigned ones, so an agent's credential cannot release hardware),
               ``approvals`` (approve/deny); read ``commands`` (an approval names the exact
               content it approves) and ``command-results`` (which content an executor holds).
               Operators run as their own principal, never an agent's
-correlator    read ``events``; write ``incidents``, ``commands``, ``deadletters``, ``control``;
+correlator    read ``events``; write ``incidents``, ``commands``, ``deadletters``, ``control``,
+              ``heartbeats`` (every stage writes its own heartbeat there);
               create/read/write its Faust topics ``app-emitted-changelog`` (and alter it: it
               grows with ``events``), ``app-snapshots`` (its state snapshots; grown
               likewise) and ``app-__assignor-__leader``; group ``app`` (a takeover also
               reads its committed offset)
 sink          read ``events``, ``incidents``, ``commands``, ``command-results``,
-              ``deadletters``; group ``<ns>.archive``
+              ``deadletters``, ``heartbeats``; write ``heartbeats``; group ``<ns>.archive``
 executor      read ``commands``, ``approvals``, ``command-results``; write
-              ``command-results``, ``deadletters``; groups ``<ns>.executor.*`` (prefixed)
+              ``command-results``, ``deadletters``, ``heartbeats``; groups ``<ns>.executor.*`` (prefixed)
 ============  ===================================================================================
 
 Every grant is on a literal topic or group name but the executor's groups (one per executor
@@ -135,8 +136,10 @@ def acl_plan(namespace: str, users: Mapping[str, str] | None = None) -> list[Gra
           "Faust's leader-assignor topic")
     grant("correlator", "group", app, ["READ"], "the Faust consumer group")
 
-    for suffix in ("events", "incidents", "commands", "command-results", "deadletters"):
+    for suffix in ("events", "incidents", "commands", "command-results", "deadletters", "heartbeats"):
         grant("sink", "topic", topic(suffix), ["READ"], "archived")
+    for service in ("agent", "correlator", "sink", "executor"):
+        grant(service, "topic", topic("heartbeats"), ["WRITE"], "its own heartbeat, for status (streams/health.py)")
     grant("sink", "group", f"{namespace}.archive", ["READ"], "the archive sink's consumer group")
 
     grant("executor", "topic", topic("commands"), ["READ"], "the commands it carries out")

@@ -3,6 +3,12 @@
 Five nodes of eight GPUs train one job; ten minutes in, a GPU falls off the
 bus. The capture is fed through the real broker at a steady pace, decisions
 are printed as the correlator makes them, and everything lands in the archive.
+
+The story is told to its end: the scheduler relaunches the job on healthy GPUs
+after the correlator's restart, the trainer loads its checkpoint and steps at
+its old throughput, and the incident is verified and resolved before the
+capture ends (:class:`~faultline.simulate.Fleet` states the timing). The
+closing lines say how each incident ended, and own up to one that did not.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 from confluent_kafka import Consumer
 
@@ -30,18 +37,20 @@ from faultline.pipeline import (
 )
 from faultline.preflight import preflight
 from faultline.simulate import Fleet
-from faultline.terminal import plural, to_json
+from faultline.story import describe_command
+from faultline.terminal import human_time, plural, to_json
 from producers.delivery import EventPublisher
 from streams.decisions import Command, Incident
 from streams.topics import scratch_namespace, topic_name
 
-__all__ = ["run_demo"]
+__all__ = ["closing_lines", "run_demo"]
 
 
 _OUT = {"stream": sys.stdout}
 
 
 def _say(msg: str) -> None:
+    """A line for the person watching (standard error when the decisions go to standard output)."""
     print(msg, file=_OUT["stream"], flush=True)
 
 
@@ -75,6 +84,26 @@ def _paced(lines: list[bytes], seconds: float) -> Iterator[bytes]:
         yield line
 
 
+def closing_lines(decided: dict[str, list[dict[str, Any]]], namespace: str = "") -> list[str]:
+    """How the story ended, from the decisions (contract JSON): each incident's last state, and the
+    restart that brought its job back. An incident left open is said to be one, never glossed over."""
+    incidents = decided.get("incidents", [])
+    ended = [i for i in incidents if i["state"] in ("resolved", "closed")]
+    where = f" --namespace {namespace}" if namespace else ""
+    lines = [f"{plural(len(incidents), 'incident')}, {len(ended)} resolved:"]
+    for i in incidents:
+        restarts = [c for c in decided.get("commands", []) if c.get("incident") == i["id"] and c["type"] == "restart_job"]
+        if i["state"] in ("resolved", "closed"):
+            how = (f"restarted {describe_command('restart_job', restarts[-1].get('params') or {})}, it held its "
+                   "old throughput" if restarts else "it needed no restart")
+            lines.append(f"  {i['id']} {i['category']} job {i.get('job') or '-'}: resolved at "
+                         f"{human_time(i.get('updated_at') or i['opened_at'])} (fleet time): {how}.")
+        else:
+            lines.append(f"  {i['id']} {i['category']} job {i.get('job') or '-'}: still {i['state']}, not resolved "
+                         f"when the capture ended: `faultline incident {i['id']}{where}` tells where it stopped.")
+    return lines
+
+
 def run_demo(settings: Settings, seconds: float = 20, json_out: bool = False) -> int:
     """The demo; with ``json_out`` the people's lines go to standard error and the decisions, as the
     contract's JSON, to standard output."""
@@ -103,15 +132,17 @@ def run_demo(settings: Settings, seconds: float = 20, json_out: bool = False) ->
         wait_for_end(conf, namespace, worker, timeout=120)
         time.sleep(1.0)  # let the watcher print the last decisions
         rows = archive(settings, conf, namespace)
-        decided = collate(*collect(conf, namespace)) if json_out else None
+        decided = collate(*collect(conf, namespace))
     finally:
         stop.set()
         watcher.join(5)
         worker.stop()
+    for line in closing_lines(decided, namespace):
+        _say(line)
     _say(f"done: {plural(rows, 'row')} archived to {settings.archive_shown} under namespace {namespace}, apart from "
          f"the live one: `faultline status --namespace {namespace}` shows it, `faultline archive drop {namespace}` "
          "removes it.")
-    if decided is not None:
+    if json_out:
         print(to_json(decided))
     return 0
 

@@ -18,6 +18,8 @@ from faultline.approval_view import COLUMNS as APPROVAL_COLUMNS
 from faultline.approval_view import approval_rows
 from faultline.deadletter_view import COLUMNS as DEADLETTER_COLUMNS
 from faultline.deadletter_view import deadletter_groups
+from faultline.pipeline_health import COLUMNS as PIPELINE_COLUMNS
+from faultline.pipeline_health import pipeline_rows
 from faultline.story import Entry, gate_lines, group, story
 from faultline.terminal import Column, human_time, make_console, plural, print_table
 from producers.spool.losses import SPOOL_STAGE
@@ -55,7 +57,8 @@ def status_data(archive: Archive, namespace: str | None = None) -> dict[str, Any
                                  "ORDER BY at DESC LIMIT 10", {"stage": SPOOL_STAGE})
     return {"open_incidents": incidents, "quarantined_gpus": fenced, "cordoned_nodes": cordoned,
             "waiting_for_approval": waiting, "dead_letters": archive.count("deadletters"), "sources": sources,
-            "spool_losses": spool_losses, "dead_letter_reasons": deadletter_groups(archive, limit=STATUS_REASONS)}
+            "spool_losses": spool_losses, "dead_letter_reasons": deadletter_groups(archive, limit=STATUS_REASONS),
+            "pipeline": pipeline_rows(archive)}  # each stage's own heartbeat, up or down (pipeline_health.py)
 
 
 def print_status(data: dict[str, Any], console: Console | None = None) -> None:
@@ -69,6 +72,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
             Column("reason")]),
         ("Cordoned nodes", "cordoned_nodes", [
             Column("node"), Column("since", kind="time"), Column("incident", kind="id"), Column("reason")]),
+        ("Pipeline", "pipeline", PIPELINE_COLUMNS),
         ("Waiting for approval", "waiting_for_approval", APPROVAL_COLUMNS),
         ("Sources", "sources", [
             Column("source"), Column("last_event", "last event", "time"), Column("events", kind="number")]),
@@ -78,9 +82,25 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
         rows = data[key]
         print_table(c, f"{title} ({len(rows)})", rows, columns)
     _print_dead_letters(c, data)
+    _print_pipeline_verdict(c, data.get("pipeline") or [])
     if data["waiting_for_approval"]:
         c.print("next: review each command waiting for approval, then run its line (`faultline approve ID`) or "
                 "`faultline deny ID --reason ...`; `faultline approvals` lists only them", markup=False)
+
+
+def _print_pipeline_verdict(c: Console, stages: list[dict[str, Any]]) -> None:
+    """One line on the stages: which are down (silent past three heartbeat intervals), or that none beats."""
+    if not stages:
+        c.print("pipeline: no stage heartbeat archived (no worker, sink, executor or agent running since "
+                "heartbeats began)", markup=False)
+        return
+    down = [f"{r['stage']} {r['instance']} down (silent {r['age']})" for r in stages if r["state"] == "down"]
+    unknown = [r for r in stages if r["state"] == "unknown"]
+    if down:
+        c.print("pipeline: " + "; ".join(down), markup=False)
+    if unknown:
+        c.print(f"pipeline: {plural(len(unknown), 'stage')} unknown: the sink that archives heartbeats is down",
+                markup=False)
 
 
 def _print_dead_letters(c: Console, data: dict[str, Any]) -> None:

@@ -39,9 +39,20 @@ class FaultPlan:
 
 @dataclass
 class Fleet:
+    """Nodes training one job, with a fault and the scheduler's relaunch after it.
+
+    The rule for the defaults (what `faultline demo` streams): the capture outlasts the whole story.
+    The GPU falls off the bus at ``fault.at_s``; the correlator restarts the job ``timing.settle_s``
+    later; the scheduler relaunches it ``recover_after_s`` after the fault on healthy GPUs (the
+    spare node in place of the faulty GPU's), the trainer loads its newest checkpoint and steps at
+    its old throughput; the incident is resolved once that has held ``timing.verify_hold_s``
+    (300 s). 600 + 90 + 30 + 300 = 1,020 s, so 20 minutes leaves the verification three minutes
+    to spare: a demo whose incident is still verifying at its end tells an unfinished story.
+    """
+
     nodes: int = 4
     gpus_per_node: int = 8
-    duration_s: float = 900
+    duration_s: float = 1200
     sample_every_s: float = 10
     heartbeat_every_s: float = 15
     step_every_s: float = 10

@@ -46,16 +46,10 @@ from sinks.archive.store import Archive
 from sinks.archive_errors import write_isolating
 from streams.batch import decode_record, over_cap
 from streams.decisions import DeadLetter
+from streams.health import StageHeartbeat
 from streams.topics import TOPICS, topic_name
 
-__all__ = [
-    "SUFFIXES",
-    "ArchiveSink",
-    "ROWS_WRITTEN",
-    "BATCHES_WRITTEN",
-    "DEAD_LETTERS",
-    "WRITE_RETRIES",
-]
+__all__ = ["SUFFIXES", "ArchiveSink", "ROWS_WRITTEN", "BATCHES_WRITTEN", "DEAD_LETTERS", "WRITE_RETRIES"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +66,7 @@ _ROUTES: dict[str, tuple[str, str]] = {
     "commands": ("commands", "write_commands"),
     "command-results": ("command_results", "write_results"),
     "deadletters": ("deadletters", "write_deadletters"),
+    "heartbeats": ("stage_heartbeats", "write_heartbeats"),  # stages' own (streams/health.py), for status
 }
 SUFFIXES: tuple[str, ...] = tuple(_ROUTES)
 
@@ -369,6 +364,8 @@ class ArchiveSink:
                 ROWS_WRITTEN.labels(table=table).inc(written)
                 stage_metrics.RECORDS_OUT.labels("sink", table).inc(written)
                 rows += written
+        for beat in (b for b in batch.records.get("heartbeats", ()) if isinstance(b, StageHeartbeat)):
+            stage_metrics.observe_heartbeat(beat.stage, beat.instance, beat.at, beat.interval_s)  # StageSilent's
         if refused:
             DEAD_LETTERS.inc(len(refused))
             stage_metrics.DEAD_LETTERS.labels("sink").inc(len(refused))

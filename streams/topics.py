@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from streams.batch import EventBatch
 from streams.decisions import Approval, Command, CommandResult, DeadLetter, Incident, StreamEnd
 from streams.events import Event
+from streams.health import StageHeartbeat
 
 __all__ = ["SCRATCH_KINDS", "TopicSpec", "TOPICS", "topic_name", "spec", "correlator_app_id",
            "correlator_internal_topics", "is_replay_namespace", "scratch_namespace"]
@@ -63,6 +64,8 @@ TOPICS: dict[str, TopicSpec] = {
                   "Input that could not be used, with the reason."),
         TopicSpec("control", "namespace", StreamEnd, 1, "delete", 7 * _DAY,
                   "Replay markers: the correlator has judged a whole capture."),
+        TopicSpec("heartbeats", "stage/instance", StageHeartbeat, 1, "delete", _DAY,
+                  "Each running stage's own heartbeat (streams/health.py): version, dev mode, lag."),
     )
 }
 

@@ -213,6 +213,8 @@ def _loads(a: Assumptions, sizes: Mapping[str, int]) -> dict[str, tuple[RecordLo
                                    events_steady * a.deadletter_share * 10, sizes["deadletter"],
                                    f"{a.deadletter_share:g} of {events_steady:,.0f} events/s; peak 10x"),),
         "control": (RecordLoad("replay marker", 0.0, 0.0, 64, "replays only"),),
+        "heartbeats": (RecordLoad("stage heartbeat", (a.nodes + 8) / 15.0, (a.nodes + 8) / 15.0, 320,
+                                  f"{a.nodes} agents and a few other stages / 15 s"),),
     }
 
 

@@ -6,11 +6,14 @@ import argparse
 import signal
 import sys
 import threading
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from common.settings import Settings
 from faultline.commands import Add
+from streams.health import StageKind
 
 __all__ = ["register"]
 
@@ -61,6 +64,21 @@ def register(add: Add) -> None:
     cp.set_defaults(run=_capture)
 
 
+def _heartbeat(settings: Settings, conf: dict[str, Any] | None, stage: StageKind, *, namespace: str | None = None,
+               instance: str | None = None, lag_of: str | None = None) -> AbstractContextManager[object]:
+    """The stage's own heartbeat (common/heartbeat.py) while it runs: its version, this process's dev mode and
+    the lag it measures itself (``lag_of``: its name in common.metrics); nothing without a broker to tell."""
+    if conf is None:
+        return nullcontext()
+    from common import metrics
+    from common.heartbeat import HeartbeatPublisher, default_instance
+    from faultline import __version__
+
+    return HeartbeatPublisher(conf, namespace or settings.namespace, stage, version=__version__,
+                              dev_mode=settings.dev_mode, instance=instance or default_instance(),
+                              lag=(lambda: metrics.stage_lag(lag_of)) if lag_of else (lambda: None))
+
+
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.demo import run_demo
 
@@ -80,7 +98,9 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     except MissingKeys as exc:
         print(f"faultline worker: {exc}", file=sys.stderr)
         return 1
-    app.main()
+    conf = settings.kafka_config(settings.kafka) if settings.kafka else None
+    with _heartbeat(settings, conf, "worker", lag_of="correlator"):
+        app.main()
     return 0
 
 
@@ -100,8 +120,9 @@ def _sink(args: argparse.Namespace, settings: Settings) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     bootstrap = ensure_broker(settings)
     _serve_metrics(settings)
-    with open_archive(settings, settings.namespace) as archive, \
-            ArchiveSink(archive, bootstrap, settings.namespace, consumer_config=settings.kafka_config(bootstrap)) as sink:
+    conf = settings.kafka_config(bootstrap)
+    with open_archive(settings, settings.namespace) as archive, _heartbeat(settings, conf, "sink", lag_of="sink"), \
+            ArchiveSink(archive, bootstrap, settings.namespace, consumer_config=conf) as sink:
         print(f"archiving {settings.namespace}.* from {bootstrap} into {settings.archive_shown}", file=sys.stderr)
         tune_for_streaming()  # this process is the sink and nothing else (common/heap.py)
         sink.run(stop)
@@ -109,6 +130,7 @@ def _sink(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _executor(args: argparse.Namespace, settings: Settings) -> int:
+    from common.heartbeat import default_instance
     from common.kafka_admin import create_namespace_topics
     from common.settings import MissingKeys
     from faultline.preflight import ensure_broker
@@ -132,7 +154,9 @@ def _executor(args: argparse.Namespace, settings: Settings) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with ExecutorRunner(make_executor(options), conf, settings.namespace) as runner:
+    executor = make_executor(options)
+    with _heartbeat(settings, conf, "executor", instance=default_instance(executor.name)), \
+            ExecutorRunner(executor, conf, settings.namespace) as runner:
         print(f"executor {runner.executor.name}: carrying out {settings.namespace}.commands; Ctrl-C stops it",
               file=sys.stderr)
         runner.run(stop)
@@ -140,9 +164,17 @@ def _executor(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _agent(args: argparse.Namespace, settings: Settings) -> int:
-    from producers.agent import run_agent
+    from producers.agent import load_config, run_agent
 
-    return run_agent(args.config, settings)
+    try:  # the heartbeat needs the agent's broker, namespace and node; a bad config is run_agent's to report
+        config = load_config(args.config)
+        bootstrap = config.kafka or settings.kafka
+    except Exception:  # noqa: BLE001 -- run_agent says what is wrong with it, in its words
+        config, bootstrap = None, None
+    conf = settings.kafka_config(bootstrap) if bootstrap else None
+    with _heartbeat(settings, conf, "agent", namespace=config.namespace if config else None,
+                    instance=config.node if config else None):
+        return run_agent(args.config, settings)
 
 
 def _capture(args: argparse.Namespace, settings: Settings) -> int:

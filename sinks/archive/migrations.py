@@ -21,6 +21,7 @@ from typing import NamedTuple
 from clickhouse_connect.driver.client import Client
 
 from sinks.archive.advice_views import advice_statements
+from sinks.archive.health_tables import heartbeat_statements
 from sinks.archive.lost_views import lost_statements
 
 __all__ = [
@@ -46,6 +47,7 @@ TABLES = (
     "deadletters",
     "checkpoints",
     "gpu_ledger",
+    "stage_heartbeats",
 )
 """The archive's tables (all ReplacingMergeTree: read them with ``FINAL``)."""
 
@@ -659,6 +661,7 @@ MIGRATIONS: list[Migration] = [
               lost_statements(_HARDWARE, _STOPS_JOB, _FAR_PAST)),
     Migration(9, "where the lost hours went (report_lost_phases) and checkpoint advice (checkpoint_advice)",
               advice_statements(_HARDWARE, _STOPS_JOB, _WINDOW)),
+    Migration(10, "stage_heartbeats: each stage's own heartbeat, for status", heartbeat_statements(_ENGINE, _SETTINGS)),
 ]
 
 _BOOKKEEPING = """

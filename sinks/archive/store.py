@@ -26,10 +26,12 @@ from pydantic_core import to_json
 
 from sinks.archive.connection import DEFAULT_WAIT_S, Connection, acquire, release
 from sinks.archive.connection import call as conn_call
+from sinks.archive.health_tables import HEARTBEAT_COLUMNS
 from sinks.archive.migrations import DEFAULT_RAW_TTL_DAYS, TABLES, migrate, set_raw_ttl
 from sinks.archive.namespaces import check_namespace, drop_namespace, list_namespaces, resolve
 from streams.decisions import Command, CommandResult, DeadLetter, Incident
 from streams.events import Event
+from streams.health import StageHeartbeat
 
 __all__ = ["Archive", "deadletter_id", "event_columns", "event_row", "EVENT_COLUMNS"]
 
@@ -227,6 +229,12 @@ class Archive:
         """Archive dead letters, keyed by :func:`deadletter_id`."""
         rows = [_deadletter_row(d) for d in letters]
         return self._insert("deadletters", _DEADLETTER_COLUMNS, rows, [row[0] for row in rows])
+
+    def write_heartbeats(self, beats: Sequence[StageHeartbeat]) -> int:
+        """Archive stages' heartbeats (``stage_heartbeats``), keyed by stage, instance and time."""
+        rows = [tuple(getattr(b, c) for c in HEARTBEAT_COLUMNS) for b in beats]
+        return self._insert("stage_heartbeats", HEARTBEAT_COLUMNS, rows,
+                            [f"{b.stage}/{b.instance}@{b.at.isoformat()}" for b in beats])
 
     def _insert(self, table: str, columns: list[str], rows: list[tuple[Any, ...]], keys: list[str]) -> int:
         if not rows:

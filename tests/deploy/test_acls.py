@@ -47,8 +47,10 @@ def test_operators_read_the_commands_they_decide_on_and_write_no_command() -> No
     assert not _can("operator", "READ", "approvals")
 
 
-def test_the_sink_only_reads() -> None:
-    assert {g.operation for g in acl_plan(NS) if g.service == "sink"} == {"READ"}
+def test_the_sink_only_reads_but_for_its_own_heartbeat() -> None:
+    """Its one write is the heartbeat every stage publishes (streams/health.py): nothing it archives."""
+    writes = {g.name for g in acl_plan(NS) if g.service == "sink" and g.operation != "READ"}
+    assert writes == {f"{NS}.heartbeats"} and _can("sink", "READ", "heartbeats")
 
 
 def test_no_one_creates_or_alters_namespace_topics_or_touches_the_cluster() -> None:
