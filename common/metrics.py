@@ -26,7 +26,7 @@ Pipeline metrics (``stage`` is one of :data:`STAGES`)
 ``faultline_dead_letters_total{stage}`` — :data:`DEAD_LETTERS`
     +1 per record a stage sets aside as a dead letter: the producer per bad capture line
     (``faultline.pipeline.publish_capture`` and the agent), the correlator per undecodable event
-    (or one over :data:`streams.bounds.MAX_RECORD_BYTES`, reason ``over the cap: ...``),
+    (or one over :data:`streams.bounds.MAX_EVENT_BYTES`, reason ``over the cap: ...``),
     the sink in ``ArchiveSink._decode`` (``stage="sink"``; it also keeps its own
     ``faultline_archive_dead_letters_total``).
 ``faultline_records_refused_total{stage, output, reason}`` — :data:`RECORDS_REFUSED`

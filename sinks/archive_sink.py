@@ -12,7 +12,8 @@ cannot fix (a value the column cannot hold: :mod:`sinks.archive_errors`); then
 the records that fail alone become dead letters and the rest are written. A
 record that does not decode becomes a row in the archive's ``deadletters``
 table, with the reason; neither ever stops the sink. So does a record (or an
-event) over the cap readers show, :data:`streams.bounds.MAX_RECORD_BYTES`.
+event) over the cap readers take: :data:`streams.bounds.MAX_EVENT_BYTES` on ``events``,
+:data:`streams.bounds.MAX_RECORD_BYTES` on every topic faultline publishes.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from common.heap import streaming_gc
 from sinks.archive.store import Archive
 from sinks.archive_errors import write_isolating
 from streams.batch import decode_record, over_cap
+from streams.bounds import MAX_EVENT_BYTES, MAX_RECORD_BYTES
 from streams.decisions import DeadLetter
 from streams.health import StageHeartbeat
 from streams.topics import TOPICS, topic_name
@@ -289,7 +291,7 @@ class ArchiveSink:
             if decoded.batch or decoded.events:  # else one bad event: said as any bad record is, below
                 rows: list[tuple[str, BaseModel]] = [("events", e) for e in decoded.events]
                 return rows + [("deadletters", self._dead_letter(msg, bad.reason, bad.raw)) for bad in decoded.bad]
-        if value is not None and (why := over_cap(value)) is not None:
+        if value is not None and (why := over_cap(value, MAX_EVENT_BYTES if suffix == "events" else MAX_RECORD_BYTES)):
             return [("deadletters", self._dead_letter(msg, why, value))]
         try:
             if value is None:

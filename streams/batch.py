@@ -25,8 +25,8 @@ takeover rebuild, the archive sink, backtests -- so they agree on what a record 
 4. A batch whose envelope itself is wrong (``events`` not a list, empty, a bad ``schema_version``):
    the whole record is one bad item.
 
-**The cap** (issue 27): no event larger than :data:`streams.bounds.MAX_RECORD_BYTES` -- the cap of
-every record faultline publishes, so of everything its readers show -- reaches a reader. The broker's
+**The cap** (issue 27): no event larger than :data:`streams.bounds.MAX_EVENT_BYTES` (1 MiB: a
+2,048-node job's ``job_started`` is about 190 KB) reaches a reader. The broker's
 limit counts compressed bytes, so a compressible 10 MB record passed it and was judged, archived and
 printed whole. A record within the cap holds no event over it, and takes the fast path above
 untouched. A larger one that is not a batch is one bad record, refused before it is parsed as an
@@ -44,7 +44,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from streams.bounds import MAX_RECORD_BYTES
+from streams.bounds import MAX_EVENT_BYTES, MAX_RECORD_BYTES
 from streams.events import Event
 from streams.ranges import Int
 
@@ -105,14 +105,14 @@ def decode_record(value: bytes | None) -> Decoded:
     """Every event of one ``events`` record, and every bad one with its reason (module docstring)."""
     if value is None:
         return Decoded([], [BadEvent(b"", "undecodable event: the record has no value")])
-    over = len(value) > MAX_RECORD_BYTES  # the cap (module docstring)
+    over = len(value) > MAX_EVENT_BYTES  # the cap (module docstring)
     try:
         events = _BATCH.validate_json(value).events  # 1.
         return _within_cap(events) if over else Decoded(events, batch=True)
     except ValidationError as exc:
         errors = exc.errors()
     if any(e["loc"] == () or (e["loc"] == ("events",) and e["type"] == "missing") for e in errors):  # 2.
-        if (why := over_cap(value)) is not None:
+        if (why := over_cap(value, MAX_EVENT_BYTES)) is not None:
             return Decoded([], [BadEvent(bytes(value), why)])
         try:
             return Decoded([Event.model_validate_json(value)])
@@ -125,16 +125,17 @@ def decode_record(value: bytes | None) -> Decoded:
     return Decoded([], [BadEvent(bytes(value), f"undecodable event batch: {where}: {envelope['msg']}")], batch=True)
 
 
-def over_cap(value: bytes) -> str | None:
-    """Why a record that is one record (an event, or any other topic's) is too large for a reader, or None."""
-    if len(value) <= MAX_RECORD_BYTES:
+def over_cap(value: bytes, limit: int = MAX_RECORD_BYTES) -> str | None:
+    """Why one record is too large for a reader, or None: ``limit`` is :data:`streams.bounds.MAX_EVENT_BYTES`
+    for an event, :data:`streams.bounds.MAX_RECORD_BYTES` (the default) for what faultline publishes."""
+    if len(value) <= limit:
         return None
-    return f"over the cap: a record of {len(value):,} bytes, more than the {MAX_RECORD_BYTES:,} a reader takes"
+    return f"over the cap: a record of {len(value):,} bytes, more than the {limit:,} a reader takes"
 
 
 def _over_cap(raw: bytes, i: int, n: int) -> BadEvent:
     return BadEvent(raw, f"over the cap: event {i + 1} of a batch of {n} takes {len(raw):,} bytes, more than the "
-                         f"{MAX_RECORD_BYTES:,} a reader takes")
+                         f"{MAX_EVENT_BYTES:,} a reader takes")
 
 
 def _within_cap(events: list[Event]) -> Decoded:
@@ -143,7 +144,7 @@ def _within_cap(events: list[Event]) -> Decoded:
     bad: list[BadEvent] = []
     for i, event in enumerate(events):
         raw = event.model_dump_json().encode()
-        if len(raw) > MAX_RECORD_BYTES:
+        if len(raw) > MAX_EVENT_BYTES:
             bad.append(_over_cap(raw, i, len(events)))
         else:
             good.append(event)
@@ -163,7 +164,7 @@ def _event_by_event(value: bytes, over: bool = False) -> Decoded:
         except ValidationError as exc:
             bad.append(BadEvent(raw, f"undecodable event {i + 1} of a batch of {len(items)}: {_first_error(exc)}"))
             continue
-        if over and len(written := event.model_dump_json().encode()) > MAX_RECORD_BYTES:
+        if over and len(written := event.model_dump_json().encode()) > MAX_EVENT_BYTES:
             bad.append(_over_cap(written, i, len(items)))
         else:
             good.append(event)

@@ -23,11 +23,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-__all__ = ["EVIDENCE_KEPT", "LIST_KEPT", "MAX_RECORD_BYTES", "TEXT_KEPT_CHARS", "capped", "fits", "names",
+__all__ = ["EVIDENCE_KEPT", "LIST_KEPT", "MAX_EVENT_BYTES", "MAX_RECORD_BYTES", "TEXT_KEPT_CHARS", "capped", "fits", "names",
            "rank_ranges", "record_bytes", "shorten"]
 
 #: The most one published record may take, serialised (JSON, UTF-8), in bytes.
 MAX_RECORD_BYTES = 64 * 1024
+#: The most one *event* may take as its readers decode it (JSON, UTF-8, uncompressed), in bytes. Larger than
+#: :data:`MAX_RECORD_BYTES` because an event is an observation, not a summary: the scheduler's ``job_started``
+#: lists the whole allocation, about 93 KB for 1,024 nodes of 8 GPUs and 190 KB for the 2,048 nodes of a
+#: 16,384-GPU job, so a 64 KiB cap dead-lettered the very record that says which job a fault belongs to. One
+#: MiB (Kafka's default ``message.max.bytes``, which the broker applies to *compressed* bytes) holds a
+#: 10,000-node allocation and still refuses a compressible 10 MB record; a capture line (at most 512 KiB)
+#: always fits. What the engine builds from an event stays under :data:`MAX_RECORD_BYTES`.
+MAX_EVENT_BYTES = 1024 * 1024
 #: Evidence lines an incident keeps (the rest: one line "and N more", the archive has them all).
 EVIDENCE_KEPT = 24
 #: Items of a per-node / per-GPU list a record keeps in full before it turns into a count.

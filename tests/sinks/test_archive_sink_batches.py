@@ -77,11 +77,11 @@ def test_a_compressed_record_over_the_cap_is_a_dead_letter_never_an_archived_row
         sample: Sample) -> None:
     """Issue 27, item 6: a 10 MB record that compresses to a few KB passes the broker's limit (it counts
     compressed bytes); the sink archived it whole and `faultline incident` printed it. Now a record over the
-    cap of what faultline publishes (:data:`streams.bounds.MAX_RECORD_BYTES`), on the events topic or any
-    other the sink reads, is a dead letter with the reason, and the records around it are archived as ever."""
+    cap readers take (:data:`streams.bounds.MAX_EVENT_BYTES` on the events topic,
+    :data:`streams.bounds.MAX_RECORD_BYTES` on any other the sink reads) is a dead letter with the reason, and the records around it are archived as ever."""
     from confluent_kafka import Producer
 
-    from streams.bounds import MAX_RECORD_BYTES
+    from streams.bounds import MAX_EVENT_BYTES, MAX_RECORD_BYTES
     from streams.decisions import DeadLetter
 
     first = sample.events[0]
@@ -100,6 +100,6 @@ def test_a_compressed_record_over_the_cap_is_a_dead_letter_never_an_archived_row
     letters = archive.query("SELECT stage, reason, raw FROM deadletters FINAL ORDER BY stage")
     assert [r["stage"] for r in letters] == [f"archive-sink:{topic_name(namespace, s)}" for s in ("deadletters", "events")]
     assert [r["reason"] for r in letters] == [
-        f"over the cap: a record of {len(v):,} bytes, more than the {MAX_RECORD_BYTES:,} a reader takes"
-        for v in (letter, huge)]
+        f"over the cap: a record of {len(v):,} bytes, more than the {cap:,} a reader takes"
+        for v, cap in ((letter, MAX_RECORD_BYTES), (huge, MAX_EVENT_BYTES))]
     assert all(len(r["raw"]) <= MAX_RECORD_BYTES for r in letters)

@@ -12,7 +12,7 @@ from jsonschema import Draft202012Validator
 
 from streams import events as ev
 from streams.batch import EventBatch, decode_record, encode_batch
-from streams.bounds import MAX_RECORD_BYTES
+from streams.bounds import MAX_EVENT_BYTES, MAX_RECORD_BYTES
 from streams.export import topic_schema
 
 T = datetime(2026, 4, 22, 3, 0, tzinfo=UTC)
@@ -126,24 +126,24 @@ def _huge(i: int, size: int) -> ev.Event:
 def test_a_record_over_the_cap_is_one_bad_record_never_an_event() -> None:
     """A compressible 10 MB record passes the broker's limit (which counts compressed bytes) and was read and
     archived whole (`faultline incident` printed 90 MB); no reader takes an event over the cap of what is
-    published (:data:`streams.bounds.MAX_RECORD_BYTES`) any more."""
+    of events (:data:`streams.bounds.MAX_EVENT_BYTES`) any more."""
     raw = _raw(_huge(1, 10 * 1024 * 1024))
     decoded = decode_record(raw)
     assert decoded.events == [] and not decoded.batch
     [bad] = decoded.bad
     assert bad.raw == raw and bad.reason == (
-        f"over the cap: a record of {len(raw):,} bytes, more than the {MAX_RECORD_BYTES:,} a reader takes")
+        f"over the cap: a record of {len(raw):,} bytes, more than the {MAX_EVENT_BYTES:,} a reader takes")
     at_cap = _huge(2, 0)
-    at_cap = _huge(2, MAX_RECORD_BYTES - len(_raw(at_cap)))
-    assert len(_raw(at_cap)) == MAX_RECORD_BYTES and decode_record(_raw(at_cap)).events == [at_cap]
+    at_cap = _huge(2, MAX_EVENT_BYTES - len(_raw(at_cap)))
+    assert len(_raw(at_cap)) == MAX_EVENT_BYTES and decode_record(_raw(at_cap)).events == [at_cap]
 
 
 def test_an_event_over_the_cap_in_a_batch_is_set_aside_alone() -> None:
     """A batch may be larger than the cap (an agent packs up to 256 KiB of events); each of its events may not."""
-    small = [_event(i) for i in range(2000)]
-    assert len(encode_batch([_raw(e) for e in small])) > MAX_RECORD_BYTES
+    small = [_event(i) for i in range(20_000)]
+    assert len(encode_batch([_raw(e) for e in small])) > MAX_EVENT_BYTES
     assert decode_record(encode_batch([_raw(e) for e in small])).events == small  # a large batch of small events
-    huge = _huge(3, MAX_RECORD_BYTES)
+    huge = _huge(3, MAX_EVENT_BYTES)
     for raws, good in (([_raw(small[0]), _raw(huge), _raw(small[1])], small[:2]),
                        ([_raw(small[0]), _raw(huge), BAD], small[:1])):  # with an undecodable one as well
         decoded = decode_record(encode_batch(raws))
@@ -151,3 +151,17 @@ def test_an_event_over_the_cap_in_a_batch_is_set_aside_alone() -> None:
         over = [b for b in decoded.bad if b.reason.startswith("over the cap")]
         assert len(over) == 1 and json.loads(over[0].raw)["id"] == "huge3"
         assert over[0].reason.startswith(f"over the cap: event 2 of a batch of 3 takes {len(_raw(huge)):,} bytes")
+
+
+def test_the_scheduler_view_of_a_whole_cell_job_is_an_event_readers_take() -> None:
+    """A 2,048-node job's ``job_started`` lists 16,384 ranks: about 190 KB. Under a 64 KiB reader cap it was
+    dead-lettered, so the storm's XID 79 opened an incident with no job and nothing was restarted
+    (``tests/faultline/test_storm_replay.py``). What is refused is what no allocation needs, not a big job."""
+    alloc = [ev.RankAllocation(node=f"n{n:04d}", gpus=list(range(8)), ranks=list(range(8 * n, 8 * n + 8)))
+             for n in range(2048)]
+    job = ev.Event(id="start", ts=T, source="scheduler", job="llama3-405b",
+                   body=ev.JobStarted(allocation=alloc, world_size=16_384))
+    raw = _raw(job)
+    assert MAX_RECORD_BYTES < len(raw) <= MAX_EVENT_BYTES
+    for record in (raw, encode_batch([raw, _raw(_event(1))])):
+        assert decode_record(record).events[0] == job and decode_record(record).bad == []

@@ -145,7 +145,7 @@ async def test_a_record_over_the_cap_is_dead_lettered_and_never_judged() -> None
     """Issue 27, item 6: an XID whose kernel line was padded to 10 MB (a compressible record the broker
     takes) went into the engine and the archive whole. Now it is dead-lettered with the reason and counted,
     and the decisions are those of the log without it; the same XID at its own size is judged as ever."""
-    from streams.bounds import MAX_RECORD_BYTES
+    from streams.bounds import MAX_EVENT_BYTES, MAX_RECORD_BYTES
 
     at = _xid(LOG)
     key, value = LOG[at]
@@ -162,6 +162,6 @@ async def test_a_record_over_the_cap_is_dead_lettered_and_never_judged() -> None
     assert m.DEAD_LETTERS.labels("correlator")._value.get() == dead + 1
     [letter] = [s.value for s in rig.producer.sent if s.suffix == "deadletters"]
     assert len(letter) <= MAX_RECORD_BYTES
-    assert (f"over the cap: a record of {len(huge):,} bytes, more than the {MAX_RECORD_BYTES:,} a reader "
+    assert (f"over the cap: a record of {len(huge):,} bytes, more than the {MAX_EVENT_BYTES:,} a reader "
             "takes").encode() in letter
     assert rig.held.get(0).position == len(log) - 1  # and the partition went on past it
