@@ -16,8 +16,9 @@ table, the agent and the timers. What they do is in :mod:`correlators.worker`
 * the consumer -- Faust's, with a fetch wait short enough to keep up
   (:mod:`correlators.faust_consumer`);
 * the snapshot taker (:mod:`~correlators.worker.snapshot_taker`), the live
-  clock and gauges (:mod:`~correlators.worker.live`), and the delivery watch
-  (:mod:`~correlators.worker.delivery_watch`).
+  clock and gauges (:mod:`~correlators.worker.live`), the delivery watch
+  (:mod:`~correlators.worker.delivery_watch`) and the recovery watch, which exits a worker
+  whose table recovery stalled (:mod:`~correlators.worker.recovery_watch`).
 
 Scale-out. Events are keyed by cell (:mod:`streams.cells`), so a cell's events
 are in one partition; the workers of one namespace form one consumer group and
@@ -64,9 +65,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any
+from typing import Any, cast
 
 import faust
+from faust.tables.manager import TableManager
 from faust.types import TP
 
 from common.heap import tune_for_streaming
@@ -79,6 +81,7 @@ from correlators.commit_limit import CommitLimit
 from correlators.consumer_acks import ConsumerAcks
 from correlators.faust_consumer import use_fetch_wait
 from correlators.worker.assembly import Worker
+from correlators.worker.recovery_watch import RecoveryWatch
 from streams.topics import correlator_app_id, topic_name
 
 __all__ = ["main", "make_app"]
@@ -177,6 +180,16 @@ def make_app(settings: Settings) -> faust.App:
     async def watch_delivery() -> None:
         await worker.watch.check()
 
+    def recovery_left() -> int | None:
+        recovery = cast(TableManager, app.tables).recovery  # TableManagerT does not declare it
+        return recovery.active_remaining_total() if recovery.in_recovery else None
+
+    recovery_watch = RecoveryWatch(recovery_left, give_up=_exit_to_restart)
+
+    @app.timer(interval=5.0)
+    async def watch_recovery() -> None:
+        recovery_watch.check()
+
     if worker.live is not None:
         live = worker.live
 
@@ -199,6 +212,14 @@ def make_app(settings: Settings) -> faust.App:
             os._exit(70)
 
     return app
+
+
+def _exit_to_restart(why: str) -> None:
+    """Crash-only for a worker that cannot go on (:mod:`correlators.worker.recovery_watch`)."""
+    log.critical("%s; exiting (status 75) so the supervisor starts a fresh worker, which recovers anew "
+                 "while the other workers take these partitions over", why)
+    logging.shutdown()
+    os._exit(75)
 
 
 def main() -> None:
