@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 bash deploy/local/setup.sh --test
 echo "== ruff"; .venv/bin/ruff check .
 echo "== mypy"; .venv/bin/mypy
-echo "== pytest"; .venv/bin/pytest -q "$@"
+echo "== pytest"; .venv/bin/pytest -q --durations=30 "$@"
