@@ -1,7 +1,8 @@
 """From an incident and the policy to commands: which, for what target, in what order.
 
-Fencing (quarantine, cordon, drain) comes first, then tickets and approvals,
-then notifications; the restart is planned separately once the failure has
+Fencing (quarantine, cordon, drain) comes first, then approvals, the request that
+a running job save now (``checkpoint_now``, for hardware that warns before it fails),
+tickets, then notifications; the restart is planned separately once the failure has
 settled and its gate has a verdict on every piece of the failed hardware, so it
 is always issued after the fence that it avoids. An incident's second culprits
 (hardware of another cause found while it was open) are fenced by their own
@@ -12,8 +13,9 @@ scheduler's ``job_started``), the count its elasticity allows once the excluded
 hardware is left out -- in whole nodes of the launcher's ``nproc_per_node``
 (:mod:`correlators.elastic_size`) --, the newest valid checkpoint, and what to avoid -- the
 fenced hardware, and what the gate excluded without a fence (suspect, or no
-verdict in time), each with why. Every command is built within the record cap
-(:mod:`correlators.bounded`): text and lists for people are shortened and say so; a restart's
+verdict in time), each with why -- and how it comes back, the cheapest way that can work
+(``params.mode``: in process, a spare, a requeue; :mod:`correlators.restart_mode`). Every
+command is built within the record cap (:mod:`correlators.bounded`): text and lists for people are shortened and say so; a restart's
 exclude lists stay exact, or, past the cap, become whole nodes (never fewer) and need approval.
 """
 
@@ -31,13 +33,14 @@ from correlators.incident_state import OpenIncident, stable_id
 from correlators.policy import Policy
 from correlators.quarantine_ledger import Fence, QuarantineLedger
 from correlators.repair_units import REPAIR_KINDS, Unit, ticket_units
+from correlators.restart_mode import choose_mode
 from correlators.topology import Job, Topology
 from streams.decisions import Command, Target
 
 __all__ = ["Planner", "IMMEDIATE_ORDER", "WorkOwner"]
 
 IMMEDIATE_ORDER = ("quarantine_gpu", "cordon_node", "drain_node", "reset_gpu", "reboot_node",
-                   "validate_gpu", "open_ticket", "notify")
+                   "validate_gpu", "checkpoint_now", "open_ticket", "notify")
 APPROVAL_ALWAYS = frozenset({"reset_gpu", "reboot_node"})
 # Work on hardware that one request covers, whichever incident (job) asks first.
 HARDWARE_ONCE = frozenset({"drain_node", "reboot_node", "reset_gpu", "validate_gpu", "open_ticket"})
@@ -194,6 +197,12 @@ class Planner:
         capacity = self._capacity(job, out, gpus)
         if capacity is not None:
             params["capacity_known"] = capacity
+        own = job.rank_of
+        way = choose_mode(self.policy.restart_modes, gpus=sizing.gpus, in_process_launcher=job.name in self.topo.launch,
+                          avoids_own_hardware=any(n in out for n in job.nodes) or any(g in own for g in gpus),
+                          capacity_known=capacity)
+        params.update(way.params())
+        reason = f"{reason}; {way.why}"
         inc.avoided_nodes = set(out)
         inc.avoided_gpus = {}
         for n, i in gpus:
@@ -239,11 +248,31 @@ class Planner:
                     continue
                 out.append(cmd)
             return out
+        if action == "checkpoint_now":
+            return self._checkpoint_now(inc, category, hardware, now)
         if action == "open_ticket":
             return self._ticket(inc, category, hardware, now)
         if action == "notify":
             return self._tell(inc, now)
         return []
+
+    def _checkpoint_now(self, inc: OpenIncident, category: str, hardware: list[tuple[str, set[int]]],
+                        now: datetime) -> list[Command]:
+        """Ask the incident's job to save a checkpoint at its next step, once: only while the job runs (a
+        failed or ended run has nothing left to save, and its restart loads the newest checkpoint) and
+        only on hardware it uses. The target names the hardware that warned, for the person reading it."""
+        job = self.topo.jobs.get(inc.job) if inc.job else None
+        if job is None or not job.running:
+            return []
+        used = [(node, sorted(i for i in gpus if (node, i) in job.rank_of)) for node, gpus in hardware
+                if node in job.nodes]
+        if not used:
+            return []
+        node, gpus = used[0]
+        target = Target(job=job.name, node=node, gpu=self.topo.gpu_id(node, gpus[0]) if gpus else None)
+        where = f"{node} GPU {gpus[0]}" if gpus else node
+        return [self._cmd(inc, "checkpoint_now", now, target, {"reason": category},
+                          reason=f"{category} on {where}, which {job.name} runs on: save now, before it may fail")]
 
     def _tell(self, inc: OpenIncident, now: datetime) -> list[Command]:
         """The notify of the incident's current facts: once per change of them, at most once per

@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from correlators.blast_radius import BlastLimits
+from correlators.restart_mode import RestartModes
 from streams.decisions import CATEGORIES
 
 __all__ = ["Policy", "CategoryRule", "Timing", "Thresholds", "RestartLimits", "Gate", "Checkpoints", "Lemons", "load_policy",
@@ -19,7 +20,7 @@ DEFAULT_POLICY = Path(__file__).with_name("policy.yaml")
 
 Action = Literal[
     "quarantine_gpu", "cordon_node", "drain_node", "restart_job", "validate_gpu",
-    "open_ticket", "notify", "reset_gpu", "reboot_node",
+    "open_ticket", "notify", "reset_gpu", "reboot_node", "checkpoint_now",
 ]
 
 
@@ -159,6 +160,7 @@ class Policy(_Strict):
     checkpoints: Checkpoints = Checkpoints()
     lemons: Lemons = Lemons()
     blast_radius: BlastLimits = BlastLimits()
+    restart_modes: RestartModes = RestartModes()
 
     @field_validator("xid")
     @classmethod

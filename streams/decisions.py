@@ -65,7 +65,7 @@ CommandType = Literal[
     "release_gpu",
     "open_ticket",
     "notify",
-    "checkpoint_now",  # ask the job to save now (reversible, no approval); no rule issues it yet: see README
+    "checkpoint_now",  # ask a running job to save now (reversible, no approval): hardware that warns (README)
     "reset_gpu",
     "reboot_node",
 ]

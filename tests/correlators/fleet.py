@@ -250,8 +250,10 @@ def _fault(cap: FleetCapture, plan: FleetPlan, f: FaultPlan, jobs: list[tuple[st
             cap.metric(t + 60 * s, node, gpu, ecc_sbe_volatile=40 * (s + 1), ecc_sbe_aggregate=40 * (s + 1))
     elif k == "dbe":
         cap.metric(t, node, gpu, ecc_dbe_volatile=1 + f.code % 3)
-    elif k == "thermal":
-        cap.metric(t, node, gpu, temperature_c=93.0, clocks_event_reasons=["HW_THERMAL_SLOWDOWN"])
+    elif k == "thermal":  # held hot for 7 minutes, sampled each minute: sustained, so a running job is asked to save
+        for s in range(8):
+            if t + 60 * s < cap.duration:  # within the capture: no sample after every agent's last word
+                cap.metric(t + 60 * s, node, gpu, temperature_c=93.0, clocks_event_reasons=["HW_THERMAL_SLOWDOWN"])
     elif k == "zombie":
         gone = [r for r in ranks if cap.jobs[job].place(r)[0] == node]
         if len(gone) < len(ranks):

@@ -24,6 +24,9 @@ invariant (:data:`INVARIANTS`), the violations found. Each rule, as the operator
   corroborated (a trainer heartbeat, or its GPUs spinning busy at low power after its last step);
 * ``ended``: no restart of a job whose run ended without failing (cancelled, finished) before it starts again --
   a scheduler's later ``job_failed`` for the same run does not undo the cancel;
+* ``save``: a ``checkpoint_now`` asks a job whose run is live (started, not ended) and whose allocation holds
+  the node it names, once per incident;
+* ``mode``: a restart comes back ``in_process`` only when nothing of the job's allocation is left out;
 * ``size``: every record under ``streams.bounds.MAX_RECORD_BYTES``;
 * ``same``: the same capture gives the same decisions byte for byte, run again from its bytes and across a
   worker takeover (a snapshot sealed mid-capture with :mod:`correlators.snapshots`, restored, continued).
@@ -49,7 +52,7 @@ from streams.decisions import Command, Incident
 __all__ = ["CADENCE_INTERVALS", "INVARIANTS", "evaluate", "events_of"]
 
 INVARIANTS = ("gate", "fenced_first", "checkpoint", "world", "explained", "consequence", "tickets", "hang", "ended",
-              "size", "same")
+              "save", "mode", "size", "same")
 CADENCE_INTERVALS = 3
 BLAMING = {"gpu_off_bus", "gpu_memory_fault", "gpu_nvlink_fault", "gpu_firmware_fault", "power_supply_fault",
            "node_down", "node_hardware_fault", "rack_outage", "network_timeout"}
@@ -75,6 +78,7 @@ class Watch(_Oracle):
     fence_of: dict[tuple[str, str | None], tuple[Incident, datetime]] = field(default_factory=dict)  # unit -> by, at
     ckpt_errors: dict[str, list[tuple[datetime, str]]] = field(default_factory=dict)  # job -> failed writes
     ended: dict[str, str] = field(default_factory=dict)  # job -> how its run ended without failing, till it starts
+    live: dict[str, bool] = field(default_factory=dict)  # job -> its latest run started and not ended (failed or not)
 
     def see(self, e: ev.Event) -> None:
         super().see(e)
@@ -92,8 +96,11 @@ class Watch(_Oracle):
             for a in b.allocation:
                 self.users.setdefault(a.node, set()).add(job)
             self.ended.pop(job, None)
-        elif isinstance(b, ev.JobEnded) and job and b.status != "failed":
-            self.ended.setdefault(job, b.status)
+            self.live[job] = True
+        elif isinstance(b, ev.JobEnded) and job:
+            self.live[job] = False
+            if b.status != "failed":
+                self.ended.setdefault(job, b.status)
         elif isinstance(b, ev.BmcSel) and node and b.hardware_fault and b.asserted and b.component != "power_supply":
             self.sels.append((node, e.ts))
         elif isinstance(b, ev.TrainStep) and job and self.steps.get(job):
@@ -124,6 +131,31 @@ class Watch(_Oracle):
 
     def fenced(self, node: str, gid: str | None) -> bool:
         return node in self.fenced_nodes or (gid is not None and (node, gid) in self.fenced_gpus)
+
+
+def _save(w: Watch, cmd: Command, asked: set[str]) -> list[str]:
+    """``save``: the job is live and uses the node named; one request per incident."""
+    job, node = cmd.target.job, cmd.target.node
+    bad = []
+    if job is None or node is None or node not in w.alloc.get(job, {}):
+        bad.append(f"checkpoint_now {cmd.id} asks {job} about {node}, which its allocation does not hold")
+    elif job in w.ended or w.live.get(job) is False:
+        bad.append(f"checkpoint_now {cmd.id} asks {job}, whose run is over")
+    if cmd.incident in asked:
+        bad.append(f"a second checkpoint_now for incident {cmd.incident}")
+    asked.add(cmd.incident)
+    return bad
+
+
+def _mode(w: Watch, cmd: Command) -> list[str]:
+    """``mode``: in place only when none of the job's own hardware is left out."""
+    if cmd.params.get("mode") != "in_process" or cmd.target.job is None:
+        return []
+    ex = cmd.params.get("exclude") or {}
+    own = w.alloc.get(cmd.target.job, {})
+    ids = {w.uuid.get((n, i)) for n, gpus in own.items() for i in gpus} | {str(i) for gpus in own.values() for i in gpus}
+    hit = [n for n in ex.get("nodes", []) if n in own] + [g for g in ex.get("gpus", []) if g in ids]
+    return [f"restart {cmd.id} comes back in_process while leaving out its own {hit}"] if hit else []
 
 
 def _restart(w: Watch, cmd: Command) -> dict[str, list[str]]:
@@ -310,6 +342,7 @@ def evaluate(lines: list[str], cut: float = 0.5, again: bool = True) -> dict[str
     at = max(1, int(len(events) * cut))
     blob, after = b"", 0
     decided: list[Incident | Command] = []
+    asked: set[str] = set()
     for i, e in enumerate(events):
         if i == at:
             blob, after = _sealed(worker), len(decided)
@@ -317,6 +350,9 @@ def evaluate(lines: list[str], cut: float = 0.5, again: bool = True) -> dict[str
             if isinstance(d, Command) and d.type == "restart_job":
                 for k, v in _restart(w, d).items():
                     bad[k] += v
+                bad["mode"] += _mode(w, d)
+            elif isinstance(d, Command) and d.type == "checkpoint_now":
+                bad["save"] += _save(w, d, asked)
             elif isinstance(d, Incident) and d.id not in w.incidents:
                 for why in _incident(w, d):
                     bad["hang" if "hang verdict" in why else "explained"].append(why)

@@ -246,27 +246,32 @@ def _sbe_fleet(job: bool) -> Capture:
 
 @scenario
 def rising_sbe_jobless() -> tuple[Capture, dict[str, Any]]:
-    """Single-bit errors coming faster and faster over two days on an idle GPU."""
+    """Single-bit errors coming faster and faster over two days on an idle GPU: no job to ask to save."""
     cap = _sbe_fleet(job=False)
     for k, h in enumerate([2, 20, 34, 44, 51, 56, 59.5, 62]):
         cap.metric(h * 3600, "n7", 6, ecc_sbe_volatile=4 * (k + 1), ecc_sbe_aggregate=4 * (k + 1))
     return cap, expect(
         incidents=[{"job": None, "category": "gpu_ecc_degradation", "culprit_node": "n7", "culprit_gpus": [6]}],
         must=[{"type": "open_ticket", "node": "n7"}],
-        must_not=[{"type": "restart_job"}, {"type": "cordon_node"}, {"type": "quarantine_gpu"}],
+        must_not=[{"type": "restart_job"}, {"type": "cordon_node"}, {"type": "quarantine_gpu"},
+                  {"type": "checkpoint_now"}],
     )
 
 
 @scenario
 def rising_xid92_on_running_job() -> tuple[Capture, dict[str, Any]]:
-    """XID 92 more and more often while a job runs there: a ticket and a word to the owner, no restart."""
+    """XID 92 more and more often while a job runs there: the job is asked to save now (the GPU may fail
+    soon), once, before the ticket; a word to the owner; no restart."""
     cap = _sbe_fleet(job=True)
     for h in [1, 18, 31, 41, 48, 53, 56.5, 59]:
         cap.xid(h * 3600, "n7", 6, 92, prefix="syslog")
+    save = {"type": "checkpoint_now", "job": "long", "node": "n7", "gpu": 6}
     return cap, expect(
         incidents=[{"job": "long", "category": "gpu_ecc_degradation", "culprit_node": "n7", "culprit_gpus": [6]}],
-        must=[{"type": "open_ticket", "node": "n7"}, {"type": "notify", "job": "long"}],
+        must=[save, {"type": "open_ticket", "node": "n7"}, {"type": "notify", "job": "long"}],
         must_not=[{"type": "restart_job"}, {"type": "cordon_node"}, {"type": "quarantine_gpu"}],
+        unique=[{"type": "checkpoint_now"}],
+        order=[[save, {"type": "open_ticket", "node": "n7"}]],
     )
 
 
@@ -278,9 +283,10 @@ def thermal_sustained() -> tuple[Capture, dict[str, Any]]:
     return cap, expect(
         incidents=[{"job": "pt", "category": "gpu_thermal", "culprit_node": "n1", "culprit_gpus": [4],
                     "opened_by": at_iso(600 + 300 + 31)}],
-        must=[{"type": "open_ticket", "node": "n1"}, {"type": "notify", "job": "pt"}],
+        must=[{"type": "checkpoint_now", "job": "pt", "node": "n1", "gpu": 4}, {"type": "open_ticket", "node": "n1"},
+              {"type": "notify", "job": "pt"}],
         must_not=[{"type": "restart_job"}, {"type": "quarantine_gpu"}, {"type": "cordon_node"}],
-        unique=[{"type": "open_ticket"}],
+        unique=[{"type": "open_ticket"}, {"type": "checkpoint_now"}],
     )
 
 
@@ -294,13 +300,14 @@ def thermal_short_spike() -> tuple[Capture, dict[str, Any]]:
 
 @scenario
 def thermal_slowdown_idle_gpu() -> tuple[Capture, dict[str, Any]]:
-    """HW thermal slowdown for ten minutes on an idle GPU: a cooling ticket for the node."""
+    """HW thermal slowdown for ten minutes on an idle GPU: a cooling ticket for the node; the job running on
+    another node is not asked to save."""
     cap = fleet("n1", "n2").job("pt", ["n1"])
     cap.metric(500, "n2", 0, temperature_c=83.0, clocks_event_reasons=["HW_THERMAL_SLOWDOWN"])
     return cap, expect(
         incidents=[{"job": None, "category": "gpu_thermal", "culprit_node": "n2", "culprit_gpus": [0]}],
         must=[{"type": "open_ticket", "node": "n2"}],
-        must_not=[{"type": "restart_job"}, {"type": "quarantine_gpu"}],
+        must_not=[{"type": "restart_job"}, {"type": "quarantine_gpu"}, {"type": "checkpoint_now"}],
     )
 
 
