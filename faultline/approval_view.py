@@ -86,14 +86,14 @@ def approval_rows(archive: Archive, now: datetime | None = None, namespace: str 
 
 
 COLUMNS = [Column("id", kind="id"), Column("what"), Column("why"), Column("incident", kind="id"),
-           Column("held_at", "held", "time"), Column("expires_at", "approvable until", "time"),
-           Column("approve", "to approve")]
+           Column("held_at", "held", "time"), Column("held_at", "age", "age"),
+           Column("expires_at", "approvable until", "time"), Column("approve", "to approve")]
 """How a held command reads in a table (``status`` shows the same columns)."""
 
 
-def print_approvals(rows: list[dict[str, Any]], console: Console | None = None) -> None:
+def print_approvals(rows: list[dict[str, Any]], console: Console | None = None, wide: bool = False) -> None:
     c = console or make_console()
-    print_table(c, f"Waiting for approval ({len(rows)})", rows, COLUMNS)
+    print_table(c, f"Waiting for approval ({len(rows)})", rows, COLUMNS, wide=wide)
     if rows:
         c.print(f"next: review {'it' if len(rows) == 1 else 'each of the ' + plural(len(rows), 'command')}, then "
                 "run its line above, or `faultline deny ID --reason ...`", markup=False)

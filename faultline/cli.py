@@ -37,7 +37,7 @@ from faultline.errors import (
 )
 from faultline.extras import install_hint
 
-__all__ = ["EXAMPLES", "main", "package_version"]
+__all__ = ["EXAMPLES", "main", "package_version", "parser"]
 
 _GROUPS = (replay, backtest, stages, views, actions, archive, admin)
 
@@ -78,6 +78,11 @@ def _parser(examples: dict[str, str] | None = None) -> argparse.ArgumentParser:
     for group in _GROUPS:
         group.register(add)
     return p
+
+
+def parser() -> argparse.ArgumentParser:
+    """The whole command line (what ``faultline completion`` writes its script from)."""
+    return _parser()
 
 
 #: Every subcommand's example, as its ``--help`` shows it.

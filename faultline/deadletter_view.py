@@ -82,15 +82,16 @@ def deadletter_data(archive: Archive, f: DeadLetterFilter | None = None, limit: 
             "reasons": deadletter_groups(archive, f, limit), "filter": f.to_json()}
 
 
-COLUMNS = [Column("last_at", "last", "time"), Column("source"), Column("count", kind="number"), Column("reason"),
-           Column("first_at", "first", "time"), Column("example")]
+COLUMNS = [Column("last_at", "last", "time"), Column("last_at", "age", "age"), Column("source"),
+           Column("count", kind="number"), Column("reason"), Column("first_at", "first", "time"),
+           Column("example")]
 """How a group reads in a table (``status`` shows the same columns)."""
 
 
-def print_deadletters(data: dict[str, Any], console: Console | None = None) -> None:
+def print_deadletters(data: dict[str, Any], console: Console | None = None, wide: bool = False) -> None:
     c = console or make_console()
     rows = data["reasons"]
     shown = "" if len(rows) == data["groups"] else f", the newest {len(rows)} shown"
     title = (f"Dead letters ({plural(data['dead_letters'], 'record')} set aside for "
              f"{plural(data['groups'], 'reason')}{shown}; newest first)")
-    print_table(c, title, rows, COLUMNS)
+    print_table(c, title, rows, COLUMNS, wide=wide)

@@ -61,17 +61,19 @@ def status_data(archive: Archive, namespace: str | None = None) -> dict[str, Any
             "pipeline": pipeline_rows(archive)}  # each stage's own heartbeat, up or down (pipeline_health.py)
 
 
-def print_status(data: dict[str, Any], console: Console | None = None) -> None:
+def print_status(data: dict[str, Any], console: Console | None = None, wide: bool = False) -> None:
     c = console or make_console()
     sections: list[tuple[str, str, list[Column]]] = [
         ("Open incidents", "open_incidents", [
             Column("severity"), Column("category"), Column("job"), Column("culprit_node", "culprit"),
-            Column("state"), Column("opened_at", "opened", "time"), Column("id", kind="id")]),
+            Column("culprit_gpus", "gpus", wide=True), Column("state"), Column("opened_at", "opened", "time"),
+            Column("opened_at", "age", "age"), Column("id", kind="id"), Column("summary", wide=True)]),
         ("Quarantined GPUs", "quarantined_gpus", [
-            Column("node"), Column("gpu", kind="id"), Column("since", kind="time"), Column("incident", kind="id"),
-            Column("reason")]),
+            Column("node"), Column("gpu", kind="id"), Column("since", kind="time"), Column("since", "age", "age"),
+            Column("incident", kind="id"), Column("reason")]),
         ("Cordoned nodes", "cordoned_nodes", [
-            Column("node"), Column("since", kind="time"), Column("incident", kind="id"), Column("reason")]),
+            Column("node"), Column("since", kind="time"), Column("since", "age", "age"), Column("incident", kind="id"),
+            Column("reason")]),
         ("Pipeline", "pipeline", PIPELINE_COLUMNS),
         ("Waiting for approval", "waiting_for_approval", APPROVAL_COLUMNS),
         ("Sources", "sources", [
@@ -80,8 +82,8 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
     ]
     for title, key, columns in sections:
         rows = data[key]
-        print_table(c, f"{title} ({len(rows)})", rows, columns)
-    _print_dead_letters(c, data)
+        print_table(c, f"{title} ({len(rows)})", rows, columns, wide=wide)
+    _print_dead_letters(c, data, wide)
     _print_pipeline_verdict(c, data.get("pipeline") or [])
     if data["waiting_for_approval"]:
         c.print("next: review each command waiting for approval, then run its line (`faultline approve ID`) or "
@@ -103,14 +105,14 @@ def _print_pipeline_verdict(c: Console, stages: list[dict[str, Any]]) -> None:
                 markup=False)
 
 
-def _print_dead_letters(c: Console, data: dict[str, Any]) -> None:
+def _print_dead_letters(c: Console, data: dict[str, Any], wide: bool = False) -> None:
     """The count, and the newest reasons with where to read the rest."""
     reasons = data.get("dead_letter_reasons") or []
     if not reasons:
         c.print(f"dead letters: {data['dead_letters']}", markup=False)
         return
     print_table(c, f"Dead letters ({data['dead_letters']}; the newest {plural(len(reasons), 'reason')})", reasons,
-                DEADLETTER_COLUMNS)
+                DEADLETTER_COLUMNS, wide=wide)
     c.print("every reason, with filters: `faultline deadletters`", markup=False)
 
 
@@ -155,7 +157,7 @@ def entry_origin(e: dict[str, Any]) -> str:
                  ranks=tuple(e.get("ranks") or ())).origin
 
 
-def print_incident(data: dict[str, Any], console: Console | None = None) -> None:
+def print_incident(data: dict[str, Any], console: Console | None = None, wide: bool = False) -> None:
     c = console or make_console()
     inc = data["incident"]
     culprit = " ".join(x for x in [inc.get("culprit_node") or "", ", ".join(inc.get("culprit_gpus") or [])] if x)
@@ -173,7 +175,7 @@ def print_incident(data: dict[str, Any], console: Console | None = None) -> None
         c.print(line, markup=False, highlight=False)
     rows = [{"ts": e["ts"], "lane": e["entry_type"], "what": e["what"],
              "detail": e.get("detail") if e["entry_type"] == "incident" else entry_label(e),  # a version: its summary
-             "from": entry_origin(e)} for e in data["timeline"]]
+             "from": entry_origin(e), "command": e.get("command")} for e in data["timeline"]]
     print_table(c, f"Timeline ({plural(len(rows), 'entry', 'entries')})", rows,
                 [Column("ts", "time", "time_ms"), Column("lane"), Column("what"), Column("detail"),
-                 Column("from")])
+                 Column("from"), Column("command", kind="id", wide=True)], wide=wide)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from faultline.terminal import Column
+from faultline.terminal import Column, age
 from sinks.archive.store import Archive
 from streams.health import stage_state
 
@@ -27,15 +27,6 @@ COLUMNS = [Column("stage"), Column("instance"), Column("state"), Column("version
 _NEWEST = ("SELECT stage, instance, argMax(version, at) AS version, argMax(dev_mode, at) AS dev_mode, "
            "argMax(lag, at) AS lag, argMax(interval_s, at) AS interval_s, argMax(started_at, at) AS started_at, "
            "max(at) AS last_seen FROM stage_heartbeats GROUP BY stage, instance ORDER BY stage, instance")
-
-
-def age(seconds: float) -> str:
-    """kubectl's AGE: the largest whole unit (``59s``, ``7m``, ``3h``, ``2d``)."""
-    s = max(0, int(seconds))
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
-        if s >= size:
-            return f"{s // size}{unit}"
-    return f"{s}s"
 
 
 def _utc(v: datetime) -> datetime:

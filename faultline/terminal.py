@@ -38,9 +38,18 @@ from common.times import rfc3339
 if TYPE_CHECKING:  # rich comes with the roles that print tables (the `sink` extra), not with the node agent
     from rich.console import Console
 
-__all__ = ["Column", "human_time", "make_console", "plural", "print_table", "rfc3339", "to_json", "to_plain"]
+__all__ = ["Column", "age", "human_time", "make_console", "plural", "print_table", "rfc3339", "to_json", "to_plain"]
 
-Kind = Literal["text", "id", "time", "time_ms", "number", "percent", "list"]
+Kind = Literal["text", "id", "time", "time_ms", "number", "percent", "list", "age"]
+
+
+def age(seconds: float) -> str:
+    """kubectl's AGE: the largest whole unit (``59s``, ``7m``, ``3h``, ``2d``)."""
+    s = max(0, int(seconds))
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
 
 
 def plural(n: int, noun: str, many: str | None = None) -> str:
@@ -52,13 +61,21 @@ def _utc(v: datetime) -> datetime:
     return v.astimezone(UTC) if v.tzinfo is not None else v.replace(tzinfo=UTC)
 
 
-def human_time(v: Any, ms: bool = False) -> str:
-    """A time for a person: ``2026-04-22 03:23:20Z`` (UTC), ``…:20.100Z`` when ``ms``; other values as text."""
+def _parsed(v: Any) -> Any:
+    """An RFC 3339 text as a datetime; anything else as it is."""
     if isinstance(v, str):
         try:
-            v = datetime.fromisoformat(v.replace("Z", "+00:00"))
+            return datetime.fromisoformat(v.replace("Z", "+00:00"))
         except ValueError:
             return v
+    return v
+
+
+def human_time(v: Any, ms: bool = False) -> str:
+    """A time for a person: ``2026-04-22 03:23:20Z`` (UTC), ``…:20.100Z`` when ``ms``; other values as text."""
+    v = _parsed(v)
+    if isinstance(v, str):
+        return v
     if not isinstance(v, datetime):
         return "" if v is None else str(v)
     u = _utc(v)
@@ -99,11 +116,13 @@ def to_json(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Column:
-    """One column of a table: the row's key, its header, and how its cells read."""
+    """One column of a table: the row's key, its header, how its cells read (``age``: the time since the
+    row's value, a time, as kubectl's AGE), and whether only ``-o wide`` shows it."""
 
     key: str
     header: str = ""
     kind: Kind = "text"
+    wide: bool = False
 
     @property
     def title(self) -> str:
@@ -114,6 +133,9 @@ def cell(value: Any, kind: Kind = "text") -> str:
     """One value as a person reads it in a table (``-`` for nothing)."""
     if value is None or value == "" or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
+    if kind == "age":
+        since = _parsed(value)
+        return age((datetime.now(UTC) - _utc(since)).total_seconds()) if isinstance(since, datetime) else "-"
     if kind in ("time", "time_ms") or isinstance(value, datetime):
         return human_time(value, ms=kind == "time_ms")
     if kind == "percent" and isinstance(value, int | float) and not isinstance(value, bool):
@@ -159,9 +181,10 @@ def _safe_console() -> type[Console]:
 
 
 def print_table(console: Console, title: str, rows: Sequence[Mapping[str, Any]], columns: Iterable[Column],
-                caption: str = "") -> None:
-    """``rows`` under ``title``: a rich table at a terminal, aligned plain text elsewhere."""
-    cols = list(columns)
+                caption: str = "", wide: bool = False) -> None:
+    """``rows`` under ``title``: a rich table at a terminal, aligned plain text elsewhere; the ``wide``
+    columns only when ``wide`` (``-o wide``)."""
+    cols = [c for c in columns if wide or not c.wide]
     cells = [[cell(r.get(c.key), c.kind) for c in cols] for r in rows]
     if console.is_terminal:
         from rich.table import Table

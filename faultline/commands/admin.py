@@ -1,4 +1,5 @@
-"""Setting a namespace up and measuring it: ``schemas``, ``broker``, ``topics``, ``acls``, ``bench``."""
+"""Setting a namespace up and measuring it: ``schemas``, ``broker``, ``topics``, ``acls``, ``bench``; and the
+shell's ``completion``."""
 
 from __future__ import annotations
 
@@ -54,6 +55,19 @@ def register(add: Add) -> None:
                     help="instead: N cells at once, a namespace each with two workers, on a 3-broker cluster "
                          "(FAULTLINE_KAFKA's, or three local nodes), one storm in each at the same moment")
     be.set_defaults(run=_bench)
+
+    co = add("completion", "Print the shell completion script (written from this command's own options).",
+             "source <(faultline completion bash)")
+    co.add_argument("shell", choices=["bash", "zsh"], help="zsh loads it through bashcompinit (printed first)")
+    co.set_defaults(run=_completion)
+
+
+def _completion(args: argparse.Namespace, settings: Settings) -> int:
+    from faultline.cli import parser
+    from faultline.completion import script
+
+    print(script(parser(), args.shell), end="")
+    return 0
 
 
 def _register(settings: Settings) -> list[dict[str, object]]:

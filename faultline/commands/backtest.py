@@ -32,7 +32,7 @@ def register(add: Add) -> None:
                         "difference is the policy's; live: the decisions the live correlator archived")
     b.add_argument("--baseline-policy", type=Path,
                    help="the policy to compare with (default: FAULTLINE_POLICY, else the built-in one)")
-    b.add_argument("--namespace", help="the archive namespace to read (default: FAULTLINE_NAMESPACE, the live one)")
+    b.add_argument("-N", "--namespace", help="the archive namespace to read (default: FAULTLINE_NAMESPACE, the live one)")
     b.add_argument("--capture", type=Path, help="replay this capture instead of the archive (its own order)")
     b.add_argument("--json", action="store_true", help="one JSON object with every difference")
     b.add_argument("--html", type=Path, help="also write a page with the differing incidents side by side")

@@ -6,10 +6,12 @@ import argparse
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from common.settings import Settings
 from faultline.commands import Add
 from faultline.errors import Failure, UsageError
+from faultline.output import add_namespace, add_output, emit, output_format, repeat
 
 __all__ = ["register"]
 
@@ -24,23 +26,23 @@ _NAMESPACE_HELP = ("the archive namespace to read: a replay's or a demo's (fault
 def register(add: Add) -> None:
     st = add("status", "Open incidents, fenced hardware, commands waiting for approval, pipeline health.",
              "faultline status --json")
-    st.add_argument("--json", action="store_true", help="machine-readable output")
-    st.add_argument("--namespace", help=_NAMESPACE_HELP)
+    add_output(st, watch=True)
+    add_namespace(st, _NAMESPACE_HELP)
     st.set_defaults(run=_operator_view)
 
     inc = add("incident", "One incident's whole story: signals, decisions, commands, results, recovery.",
               "faultline incident inc-0123456789abcdef --html incident.html")
     inc.add_argument("id")
-    inc.add_argument("--json", action="store_true")
+    add_output(inc, watch=True)
     inc.add_argument("--html", type=Path, help="also write a self-contained HTML page with a graphical timeline")
-    inc.add_argument("--namespace", help=_NAMESPACE_HELP)
+    add_namespace(inc, _NAMESPACE_HELP)
     inc.set_defaults(run=_operator_view)
 
     tl = add("timeline", "The story of every incident of one job.", "faultline timeline pt-70b --html pt-70b.html")
     tl.add_argument("job")
-    tl.add_argument("--json", action="store_true")
+    add_output(tl)
     tl.add_argument("--html", type=Path, help="write one HTML page per incident: FILE, FILE-2, ...")
-    tl.add_argument("--namespace", help=_NAMESPACE_HELP)
+    add_namespace(tl, _NAMESPACE_HELP)
     tl.set_defaults(run=_operator_view)
 
     o = add("report", "Answer the operators' questions from the archive (failures, lost GPU-hours, recovery...); "
@@ -52,14 +54,14 @@ def register(add: Add) -> None:
                         "day the difference costs")
     o.add_argument("--since", help="window start: a duration back from now (30m, 12h, 7d, 2w) or an ISO date/time")
     o.add_argument("--json", action="store_true", help="print JSON on standard output instead of tables")
-    o.add_argument("--namespace", help=_NAMESPACE_HELP)
+    add_namespace(o, _NAMESPACE_HELP)
     o.add_argument("--top", type=int, default=20, help="lemons: how many GPUs and nodes to list (default 20)")
     o.set_defaults(run=_report)
 
     ap = add("approvals", "Every command an executor holds for a person: what it does, why, until when, and the "
              "line that approves it.", "faultline approvals --json")
-    ap.add_argument("--json", action="store_true", help="machine-readable output")
-    ap.add_argument("--namespace", help=_NAMESPACE_HELP)
+    add_output(ap, watch=True)
+    add_namespace(ap, _NAMESPACE_HELP)
     ap.set_defaults(run=_approvals)
 
     d = add("deadletters", "Why records were set aside: reasons, the stage that set them aside, counts, newest first.",
@@ -70,8 +72,8 @@ def register(add: Add) -> None:
     d.add_argument("--source", default="", help="only this stage (agent, spool, producer, correlator, "
                    "archive-sink, executor: a prefix before ':' matches every topic or executor of it)")
     d.add_argument("--limit", type=int, default=50, help="how many reasons to list (default 50)")
-    d.add_argument("--json", action="store_true", help="machine-readable output")
-    d.add_argument("--namespace", help=_NAMESPACE_HELP)
+    add_output(d)
+    add_namespace(d, _NAMESPACE_HELP)
     d.set_defaults(run=_deadletters)
 
 
@@ -124,7 +126,6 @@ def _since(text: str | None) -> datetime | None:
 def _deadletters(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.deadletter_view import DeadLetterFilter, deadletter_data, print_deadletters
     from faultline.preflight import open_archive
-    from faultline.terminal import to_json
 
     if args.limit < 1:
         raise UsageError(f"--limit wants a positive number, got {args.limit}")
@@ -132,7 +133,7 @@ def _deadletters(args: argparse.Namespace, settings: Settings) -> int:
     with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
                       create=False) as archive:
         data = deadletter_data(archive, wanted, args.limit)
-    print(to_json(data)) if args.json else print_deadletters(data)
+    emit(args, data, lambda d, wide: print_deadletters(d, wide=wide))
     return 0
 
 
@@ -161,12 +162,15 @@ def _topic_namespace(args: argparse.Namespace, settings: Settings) -> str | None
 def _approvals(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.approval_view import approval_rows, print_approvals
     from faultline.preflight import open_archive
-    from faultline.terminal import to_json
 
-    with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
-                      create=False) as archive:
-        rows = approval_rows(archive, namespace=_topic_namespace(args, settings))
-    print(to_json({"waiting_for_approval": rows})) if args.json else print_approvals(rows)
+    def one_round() -> None:
+        with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
+                          create=False) as archive:
+            rows = approval_rows(archive, namespace=_topic_namespace(args, settings))
+        emit(args, {"waiting_for_approval": rows},
+             lambda d, wide: print_approvals(d["waiting_for_approval"], wide=wide))
+
+    repeat(args, one_round)
     return 0
 
 
@@ -179,27 +183,38 @@ def _operator_view(args: argparse.Namespace, settings: Settings) -> int:
         status_data,
     )
     from faultline.preflight import open_archive
-    from faultline.terminal import to_json
     from faultline.timeline_html import render_timeline
 
-    with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
-                      create=False) as archive:
-        if args.cmd == "status":
-            data = {**status_data(archive, _topic_namespace(args, settings)), "dev_mode": settings.dev_mode}
-            if settings.dev_mode and not args.json:
+    if args.cmd == "status":
+        def status_round() -> None:
+            with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
+                              create=False) as archive:
+                data = {**status_data(archive, _topic_namespace(args, settings)), "dev_mode": settings.dev_mode}
+            if settings.dev_mode and output_format(args) in ("table", "wide"):
                 print(_DEV_MODE_BANNER)
-            print(to_json(data)) if args.json else print_status(data)
-            return 0
-        ids = [args.id] if args.cmd == "incident" else job_incidents(archive, args.job)
-        stories = [d for i in ids if (d := incident_data(archive, i)) is not None]
-    if not stories:
-        what = f"incident {args.id}" if args.cmd == "incident" else f"incidents of job {args.job}"
-        raise Failure(f"no {what} in {settings.archive_shown}; check the id with `faultline status` "
-                      "(or FAULTLINE_ARCHIVE, if it is another archive)")
-    for n, story in enumerate(stories):
-        print(to_json(story)) if args.json else print_incident(story)
-        if args.html:
-            path = args.html if n == 0 else args.html.with_name(f"{args.html.stem}-{n + 1}{args.html.suffix}")
-            path.write_text(render_timeline(story["incident"], story["timeline"]), encoding="utf-8")
-            print(f"wrote {path}", file=sys.stderr)
+            emit(args, data, lambda d, wide: print_status(d, wide=wide))
+
+        repeat(args, status_round)
+        return 0
+
+    def stories() -> list[dict[str, Any]]:
+        with open_archive(settings, args.namespace or settings.namespace, live=settings.namespace,
+                          create=False) as archive:
+            ids = [args.id] if args.cmd == "incident" else job_incidents(archive, args.job)
+            found = [d for i in ids if (d := incident_data(archive, i)) is not None]
+        if not found:
+            what = f"incident {args.id}" if args.cmd == "incident" else f"incidents of job {args.job}"
+            raise Failure(f"no {what} in {settings.archive_shown}; check the id with `faultline status` "
+                          "(or FAULTLINE_ARCHIVE, if it is another archive)")
+        return found
+
+    def story_round() -> None:
+        for n, story in enumerate(stories()):
+            emit(args, story, lambda d, wide: print_incident(d, wide=wide))
+            if args.html:
+                path = args.html if n == 0 else args.html.with_name(f"{args.html.stem}-{n + 1}{args.html.suffix}")
+                path.write_text(render_timeline(story["incident"], story["timeline"]), encoding="utf-8")
+                print(f"wrote {path}", file=sys.stderr)
+
+    repeat(args, story_round)
     return 0

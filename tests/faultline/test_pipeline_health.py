@@ -17,8 +17,8 @@ import pytest
 from common import metrics
 from common.heartbeat import HeartbeatPublisher
 from faultline.operator_views import print_status, status_data
-from faultline.pipeline_health import age, judge
-from faultline.terminal import to_json
+from faultline.pipeline_health import judge
+from faultline.terminal import age, to_json
 from sinks.archive.store import Archive
 from streams.health import SILENT_AFTER, StageHeartbeat, heartbeat_key, stage_state
 from streams.topics import TOPICS
