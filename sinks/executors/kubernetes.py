@@ -53,7 +53,12 @@ resource                                    verbs                 for
 ``jobsets``, ``leaderworkersets``           get                   likewise
 ``resourceslices`` (resource.k8s.io)        list                  which device a GPU is
 ``devicetaintrules`` (resource.k8s.io)      list, create, delete  per-GPU quarantine and release
+``nodes/status``                            patch                 the ``FaultlineFenced`` condition
+``events``                                  create                an Event per fence and release
 ==========================================  ====================  ===================================
+
+Every fence and release is also shown where kubectl looks: a node condition ``FaultlineFenced`` and an
+Event on the node (:mod:`sinks.executors.kubernetes_marks`; best effort, said in the result).
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ from sinks.executors.core import ExecutionError, excluded_nodes, require
 from sinks.executors.kubernetes_api import ApiFailure as _ApiFailure
 from sinks.executors.kubernetes_api import api_call as _api
 from sinks.executors.kubernetes_dra import DeviceFence, served
+from sinks.executors.kubernetes_marks import FenceMarks
 from sinks.executors.kubernetes_restart import JobRestarter
 from streams.decisions import Command
 
@@ -113,12 +119,15 @@ class KubernetesBackend:
         evict_backoff_s: float = 2.0,
         timeout_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
+        marks: bool = True,
     ) -> None:
         self.api = api
         # the job source's mapping (common/kube_workloads.py), with the same explicit job labels
         self.rules = rules or WorkloadRules(job_labels=(job_label or JOB_LABEL,))
         # per-GPU fencing: only where the API server serves DeviceTaintRule (from_environment asks it)
         self.devices = DeviceFence(api.api_client, timeout_s) if device_taints else None
+        # the condition and events kubectl shows (kubernetes_marks.py); off only where a test pins a fence's requests
+        self.marks = FenceMarks(api, timeout_s) if marks else None
         self.restarter = JobRestarter(api, self.rules, timeout_s)
         self.evict_attempts = max(1, evict_attempts)
         self.evict_backoff_s = evict_backoff_s
@@ -178,15 +187,21 @@ class KubernetesBackend:
         if cmd.type == "restart_job":
             return self._restart(require(cmd, "job"), excluded_nodes(cmd), _excluded_gpus(cmd))
         node = require(cmd, "node")
-        if cmd.type == "cordon_node":
-            return self._cordon(node, cmd.incident)
-        if cmd.type == "drain_node":
-            return self._drain(node, cmd.incident)
-        if cmd.type == "quarantine_gpu":
-            return self._quarantine(node, require(cmd, "gpu"), cmd.incident)
         if cmd.type == "release_gpu":
-            return self._release(node, cmd.target.gpu)
-        raise ExecutionError(f"unsupported: the kubernetes backend does not carry out {cmd.type}")
+            done = self._release(node, cmd.target.gpu)
+            if self.marks is None:
+                return done
+            still = self._fenced(node) or bool(self.devices is not None and self.devices.rules(node))
+            return done + self.marks.released(node, still, f"{done} (incident {cmd.incident})")
+        fences: dict[str, tuple[str, Callable[[], str]]] = {  # each fence, and how kubectl shows it
+            "cordon_node": ("Cordoned", lambda: self._cordon(node, cmd.incident)),
+            "drain_node": ("Drained", lambda: self._drain(node, cmd.incident)),
+            "quarantine_gpu": ("Quarantined", lambda: self._quarantine(node, require(cmd, "gpu"), cmd.incident))}
+        if cmd.type not in fences:
+            raise ExecutionError(f"unsupported: the kubernetes backend does not carry out {cmd.type}")
+        reason, fence = fences[cmd.type]
+        done = fence()
+        return done + (self.marks.fenced(node, reason, f"{done} (incident {cmd.incident})") if self.marks else "")
 
     # --- node commands ------------------------------------------------------------------
 

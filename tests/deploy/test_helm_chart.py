@@ -193,6 +193,8 @@ def test_rbac_is_exactly_least_privilege() -> None:
     kubeflow = ("pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs", "mxjobs")
     assert _rules(roles["faultline-executor"]) == {  # sinks/executors/kubernetes.py's table
         (("",), ("nodes",)): ["get", "list", "patch"],
+        (("",), ("nodes/status",)): ["patch"],
+        (("",), ("events",)): ["create"],
         (("",), ("pods",)): ["delete", "list"],
         (("",), ("pods/eviction",)): ["create"],
         (("batch",), ("jobs",)): ["delete", "get", "list"],

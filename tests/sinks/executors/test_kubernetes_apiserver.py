@@ -294,3 +294,31 @@ def test_the_executor_honours_the_job_sources_own_job_labels(kube_apiserver: Kub
     with pytest.raises(ExecutionError, match=f"no pods of job {run}"):  # by default the job is "a", its owner
         cluster.backend.execute(command("c1", "restart_job", node=None, job=run))
     assert backend.execute(command("c2", "restart_job", node=None, job=run)).startswith(f"deleted 1 pods of job {run}")
+
+
+def _fenced_condition(c: Cluster, node: str) -> Any:
+    return next((x for x in c.read_node(node).status.conditions or [] if x.type == "FaultlineFenced"), None)
+
+
+def test_kubectl_sees_each_fence_as_a_node_condition_and_events(cluster: Cluster) -> None:
+    """What `kubectl describe node` shows: FaultlineFenced True while anything of faultline's fences the node
+    (since the first fence), False once the last is released; an Event per fence and release, on the node,
+    written with the chart's role (nodes/status, events)."""
+    node = cluster.node(1)
+    gpu = gpu_uuid(node, 2)
+    done = cluster.backend.execute(command("c1", "quarantine_gpu", node=node, gpu=gpu, incident="inc-7"))
+    assert "not shown to kubectl" not in done, done
+    first = _fenced_condition(cluster, node)
+    assert (first.status, first.reason) == ("True", "Quarantined") and gpu in first.message and "inc-7" in first.message
+    cluster.backend.execute(command("c2", "cordon_node", node=node, incident="inc-8"))
+    second = _fenced_condition(cluster, node)
+    assert (second.status, second.reason) == ("True", "Cordoned")
+    assert second.last_transition_time == first.last_transition_time  # fenced since the first fence
+    cluster.backend.execute(command("c3", "release_gpu", node=node, gpu=gpu, incident="inc-7"))
+    assert _fenced_condition(cluster, node).status == "True"  # the cordon holds
+    cluster.backend.execute(command("c4", "release_gpu", node=node, incident="inc-8"))
+    last = _fenced_condition(cluster, node)
+    assert (last.status, last.reason) == ("False", "Released")
+    events = cluster.objects.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
+    seen = sorted((e.reason, e.type, e.involved_object.kind) for e in events)
+    assert seen == [("FaultlineFenced", "Warning", "Node")] * 2 + [("FaultlineReleased", "Normal", "Node")] * 2

@@ -75,8 +75,10 @@ def cluster() -> Iterator[Cluster]:
     with RecordingServer(api.answer) as server:
         client = k8s.ApiClient(k8s.Configuration(host=server.url))
         sleeps: list[float] = []
-        yield Cluster(api, server, KubernetesBackend(k8s.CoreV1Api(client), sleep=sleeps.append, timeout_s=5),
-                      sleeps)
+        # the fence's own requests, exactly: the marks kubectl shows are checked on their own (below) and
+        # against a real API server (test_kubernetes_apiserver.py)
+        yield Cluster(api, server, KubernetesBackend(k8s.CoreV1Api(client), sleep=sleeps.append, timeout_s=5,
+                                                     marks=False), sleeps)
 
 
 def test_cordon_patches_the_node_unschedulable(cluster: Cluster) -> None:
@@ -232,3 +234,28 @@ def test_an_api_without_resource_k8s_io_v1_serves_no_device_taint_rules(cluster:
 
     assert served(cluster.backend.api.api_client, timeout_s=5) is False  # the recorded API answers 404
     assert cluster.sent("GET")[-1].path.rstrip("/") == "/apis/resource.k8s.io/v1"
+
+
+def test_a_fence_is_marked_where_kubectl_looks_and_a_refused_mark_is_said_not_failed() -> None:
+    """After the fence's own patch: the node's FaultlineFenced condition (status subresource, strategic merge
+    by type) and an Event on the node; a server that refuses both still returns the fence as done, saying so."""
+    api = FakeApiServer()
+    api.queue("PATCH", f"/api/v1/nodes/{NODE}/status", Reply(200, recorded("node")))
+    api.queue("POST", "/api/v1/namespaces/default/events", Reply(201, {
+        "kind": "Event", "apiVersion": "v1", "metadata": {"name": "e1", "namespace": "default"},
+        "involvedObject": {"kind": "Node", "name": NODE}}))
+    with RecordingServer(api.answer) as server:
+        backend = KubernetesBackend(k8s.CoreV1Api(k8s.ApiClient(k8s.Configuration(host=server.url))), timeout_s=5)
+        assert backend.execute(command("c1", "cordon_node", node=NODE, incident="inc-7")) == f"cordoned node {NODE}"
+        status = next(r for r in server.requests if r.path == f"/api/v1/nodes/{NODE}/status")
+        [condition] = status.json()["status"]["conditions"]
+        assert status.headers["content-type"] == SMP
+        assert {k: condition[k] for k in ("type", "status", "reason")} == {
+            "type": "FaultlineFenced", "status": "True", "reason": "Cordoned"}
+        assert "inc-7" in condition["message"] and condition["lastTransitionTime"].endswith("Z")
+        event = next(r for r in server.requests if r.path == "/api/v1/namespaces/default/events").json()
+        assert event["involvedObject"] == {"kind": "Node", "name": NODE, "uid": NODE, "apiVersion": "v1"}
+        assert (event["reason"], event["type"]) == ("FaultlineFenced", "Warning")
+        refused = backend.execute(command("c2", "cordon_node", node=NODE, incident="inc-7"))  # 404s this time
+        assert refused.startswith(f"cordoned node {NODE}; not shown to kubectl: node condition FaultlineFenced "
+                                  "(HTTP 404") and "event (HTTP 404" in refused
