@@ -76,6 +76,9 @@ from common.kube_workloads import JOB_LABEL, WorkloadRules
 from sinks.executors.core import ExecutionError, excluded_nodes, require
 from sinks.executors.kubernetes_api import ApiFailure as _ApiFailure
 from sinks.executors.kubernetes_api import api_call as _api
+from sinks.executors.kubernetes_api import evictable as _evictable
+from sinks.executors.kubernetes_api import pod_ident as _ident
+from sinks.executors.kubernetes_api import pod_name as _pod_name
 from sinks.executors.kubernetes_dra import DeviceFence, served
 from sinks.executors.kubernetes_marks import FenceMarks
 from sinks.executors.kubernetes_restart import JobRestarter
@@ -99,7 +102,6 @@ QUARANTINED_GPUS = "faultline.io/quarantined-gpus"
 CORDONED_BY = "faultline.io/cordoned-by"
 
 _STRATEGIC_MERGE = "application/strategic-merge-patch+json"
-_MIRROR_POD = "kubernetes.io/config.mirror"
 _CONFLICT_RETRIES = 3
 
 
@@ -378,31 +380,6 @@ class KubernetesBackend:
 def _quarantined(node: k8s.V1Node) -> set[str]:
     annotations = (node.metadata.annotations or {}) if node.metadata else {}
     return {g for g in annotations.get(QUARANTINED_GPUS, "").split(",") if g}
-
-
-def _evictable(pod: k8s.V1Pod) -> bool:
-    """Not a DaemonSet's pod, not a static (mirror) pod, not finished."""
-    meta = pod.metadata
-    if meta is None or meta.name is None or meta.namespace is None:
-        return False
-    if any(ref.kind == "DaemonSet" for ref in meta.owner_references or []):
-        return False
-    if _MIRROR_POD in (meta.annotations or {}):
-        return False
-    return not (pod.status and pod.status.phase in ("Succeeded", "Failed"))
-
-
-def _ident(pod: k8s.V1Pod) -> tuple[str, str]:
-    """(namespace, name) of a listed pod."""
-    meta = pod.metadata
-    if meta is None or not meta.name or not meta.namespace:
-        raise ExecutionError("the API listed a pod without a name or namespace")
-    return meta.namespace, meta.name
-
-
-def _pod_name(pod: k8s.V1Pod) -> str:
-    meta = pod.metadata
-    return f"{meta.namespace}/{meta.name}" if meta else "?"
 
 
 def _label_value(text: str) -> str:

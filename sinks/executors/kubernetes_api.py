@@ -5,7 +5,8 @@ refusal (403, 404, 409, 429...) or a transport failure becomes an
 :class:`~sinks.executors.core.ExecutionError` whose message says what was
 being done and what the API answered -- which is what a person reads in the
 command's result. :class:`ApiFailure` keeps the HTTP status for the callers
-that tolerate some (a 404 on a delete, a 409 on a guarded write).
+that tolerate some (a 404 on a delete, a 409 on a guarded write). And what a drain asks of a
+listed pod: whether it may be evicted, its name.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from sinks.executors.core import ExecutionError
 
-__all__ = ["ApiFailure", "MAX_PAGES", "all_pages", "api_call", "describe"]
+__all__ = ["ApiFailure", "MAX_PAGES", "MIRROR_POD", "all_pages", "api_call", "describe", "evictable", "pod_ident",
+           "pod_name"]
 
 MAX_PAGES = 200
 
@@ -66,3 +69,32 @@ def all_pages(what: str, list_call: Callable[..., Any], timeout_s: float, *, pag
         if not token:
             return items
     raise ExecutionError(f"{what}: more than {MAX_PAGES} pages of {page_size}: refusing to go on")
+
+
+#: The annotation of a static pod's mirror: the kubelet owns it; evicting it does nothing.
+MIRROR_POD = "kubernetes.io/config.mirror"
+
+
+def evictable(pod: k8s.V1Pod) -> bool:
+    """Not a DaemonSet's pod, not a static (mirror) pod, not finished."""
+    meta = pod.metadata
+    if meta is None or meta.name is None or meta.namespace is None:
+        return False
+    if any(ref.kind == "DaemonSet" for ref in meta.owner_references or []):
+        return False
+    if MIRROR_POD in (meta.annotations or {}):
+        return False
+    return not (pod.status and pod.status.phase in ("Succeeded", "Failed"))
+
+
+def pod_ident(pod: k8s.V1Pod) -> tuple[str, str]:
+    """(namespace, name) of a listed pod."""
+    meta = pod.metadata
+    if meta is None or not meta.name or not meta.namespace:
+        raise ExecutionError("the API listed a pod without a name or namespace")
+    return meta.namespace, meta.name
+
+
+def pod_name(pod: k8s.V1Pod) -> str:
+    meta = pod.metadata
+    return f"{meta.namespace}/{meta.name}" if meta else "?"
