@@ -173,8 +173,8 @@ def make_app(settings: Settings) -> faust.App:
             start_http_server(settings.metrics_port, addr=settings.metrics_bind)
 
     @app.timer(interval=5.0)
-    async def gauges() -> None:
-        worker.set_gauges()
+    async def gauges() -> None:  # and the lag the worker's heartbeat carries (faultline worker)
+        worker.set_gauges(lambda part: app.consumer.highwater(TP(events_topic, part)))
 
     @app.timer(interval=1.0)
     async def watch_delivery() -> None:

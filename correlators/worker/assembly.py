@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
+from common import metrics as m
 from common.kafka_reader import TopicReader
 from common.settings import Settings
 from correlators.engine import Correlator
@@ -89,6 +90,7 @@ class Worker:
         self.takeover = Takeover(self.held, new_state, self.publisher, rebuild_from_log, ack, load_snapshot=loader,
                                  committed=committed)
         self._assigned: set[int] = set()
+        self.events_topic = events_topic
         self._ready = ready
         self._adopt_after: dict[int, float] = {}  # partition -> monotonic time of its next attempt
         self.live = LiveClock(self.held, self.publisher, adopt=self._adopt_unheld) if settings.live_clock else None
@@ -145,5 +147,18 @@ class Worker:
             if part not in self._assigned:  # revoked meanwhile
                 self.held.release(part)
 
-    def set_gauges(self) -> None:
+    def set_gauges(self, highwater: Callable[[int], int | None] | None = None) -> None:
+        """The incident gauges; with ``highwater`` (the consumer's end of each events partition), the lag this
+        worker's heartbeat carries: per assigned partition, the records past the last one judged here (all of
+        them for a partition it holds no state for yet)."""
         set_gauges(self.held)
+        if highwater is None:
+            return
+        lags: dict[tuple[str, int], int] = {}
+        for part in sorted(self._assigned):
+            end = highwater(part)
+            if end is None or end < 0:
+                continue  # not fetched yet: unknown, not zero
+            done = self.held.get(part).position + 1 if part in self.held.partitions else 0
+            lags[(self.events_topic, part)] = max(0, end - done)
+        m.set_consumer_lag("correlator", lags)

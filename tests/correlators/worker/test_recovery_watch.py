@@ -54,3 +54,4 @@ def test_nothing_left_to_read_is_not_a_stall() -> None:
     for t in range(0, 600, 5):
         assert not rig.at(t, 0)
     assert rig.reasons == []
+
