@@ -124,6 +124,10 @@ class ArchiveSink:
             "auto.offset.reset": "earliest",
             # Notice topics created after the sink started within seconds, not minutes.
             "topic.metadata.refresh.interval.ms": 10_000,
+            # A sink killed without leaving its group holds its partitions until its session expires: its
+            # successor (a restart, or a second sink) waits this long, not librdkafka's default 45 s.
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 2_000,
         }
         config.update(consumer_config or {})
         self._consumer = Consumer(config)
