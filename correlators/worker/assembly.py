@@ -156,7 +156,10 @@ class Worker:
             return
         lags: dict[tuple[str, int], int] = {}
         for part in sorted(self._assigned):
-            end = highwater(part)
+            try:
+                end = highwater(part)
+            except Exception:  # noqa: BLE001 -- revoked meanwhile (aiokafka asserts): unknown this round
+                continue
             if end is None or end < 0:
                 continue  # not fetched yet: unknown, not zero
             done = self.held.get(part).position + 1 if part in self.held.partitions else 0
