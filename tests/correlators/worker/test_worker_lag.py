@@ -13,7 +13,6 @@ def test_the_worker_measures_the_lag_its_heartbeat_carries() -> None:
 
     worker = Worker.__new__(Worker)  # only what set_gauges reads: no broker behind it
     worker.held, worker.events_topic = WorkerState(), "ns.events"
-    worker._assigned = {0, 1, 2}
     state = PartitionState(0, lambda: None, "cell")  # type: ignore[arg-type,return-value]
     state.position = 9
     worker.held.install(state)
