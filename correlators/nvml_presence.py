@@ -86,6 +86,18 @@ class NvmlNode:
         """How many of the node's other GPUs have a sample newer than ``since``."""
         return sum(1 for i, t in self.last.items() if i != idx and t > since)
 
+    def speaks_until(self, idx: int, factor: float) -> datetime | None:
+        """Until when (in this node's NVML time) NVML could still speak for GPU ``idx``, for the restart gate:
+        :meth:`overdue_at` once the node's cadence is known; before that, the GPU's own newest gap. A GPU that
+        has shown its own pace (a publish-on-change GPU whose counters move) is waited for at that pace --
+        waiting is the gate's safe side, and its ``max_wait_s`` bounds it -- while declaring a GPU gone keeps
+        to the node's cadence, which one fast GPU cannot set."""
+        over = self.overdue_at(idx, factor)
+        if over is not None:
+            return over
+        gap, last = self.own.get(idx), self.last.get(idx)
+        return last + timedelta(seconds=factor * gap) if gap and last is not None else None
+
     def quiet(self, now: datetime, factor: float) -> bool:
         """The node's NVML as a whole has said nothing for ``factor`` intervals of engine time (the node or
         its collector is down: then no single GPU can be judged by NVML)."""

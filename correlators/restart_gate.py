@@ -26,8 +26,9 @@ every node and GPU of the allocation that failed:
                             it yet (else the settle window: a late line then is a second
                             fault, fenced when it comes)
   NVML                      its newest sample + ``gpu_lost_factor`` x the node's learned    GPU
-                            sample interval (in the node's NVML time), when the GPU is
-                            judged present or gone (``gone`` timer)
+                            sample interval (in the node's NVML time; before the node's
+                            is known, the GPU's own newest gap), when the GPU is judged
+                            present or gone (``gone`` timer)
   a finding being fenced    the fence debounce, a pending-remap confirmation                GPU
   ========================  =============================================================  ========
 
@@ -333,9 +334,9 @@ class GateJudge:
     def _nvml(self, gate: GateRound, node: str, g: int, now: datetime, why: list[str], waits: list[Wait]) -> None:
         nv = self.state.nvml.get(node)
         factor = self.p.thresholds.gpu_lost_factor
-        overdue = nv.overdue_at(g, factor) if nv is not None else None
+        overdue = nv.speaks_until(g, factor) if nv is not None else None
         if nv is None or overdue is None or nv.newest is None:
-            return  # NVML never spoke for it (or its cadence is unknown): it cannot be waited for
+            return  # NVML never spoke for it (or neither its node's cadence nor its own is known): no waiting
         if g in nv.gone:
             why.append(f"gone from NVML (last sample {human(nv.gone[g])})")
             return

@@ -51,3 +51,19 @@ def test_a_gpu_sampled_on_every_change_does_not_set_the_nodes_cadence() -> None:
     nv.observe(0, at(324))
     assert nv.cadence() == 300
     assert nv.overdue_at(1, 2.5) == at(301 + 750)
+
+
+def test_before_the_nodes_cadence_the_gate_waits_for_a_gpu_at_its_own_pace() -> None:
+    """The restart gate's bound: a GPU that has shown its own gaps (sampled on every change) could still speak
+    until its newest sample plus that many of its own gaps; one never seen twice cannot be waited for. The
+    node's cadence, once known, decides instead (and only it declares a GPU gone)."""
+    nv = NvmlNode()
+    for g in range(4):
+        nv.observe(g, at(g))
+    for k in range(1, 4):
+        nv.observe(1, at(60 * k + 1))
+    assert nv.cadence() is None and nv.overdue_at(1, 2.5) is None
+    assert nv.speaks_until(1, 2.5) == at(181 + 150) and nv.speaks_until(2, 2.5) is None
+    for g in range(4):
+        nv.observe(g, at(300 + g))
+    assert nv.cadence() is not None and nv.speaks_until(2, 2.5) == nv.overdue_at(2, 2.5)
