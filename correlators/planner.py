@@ -269,10 +269,12 @@ class Planner:
         if not used:
             return []
         node, gpus = used[0]
-        target = Target(job=job.name, node=node, gpu=self.topo.gpu_id(node, gpus[0]) if gpus else None)
         where = f"{node} GPU {gpus[0]}" if gpus else node
-        return [self._cmd(inc, "checkpoint_now", now, target, {"reason": category},
-                          reason=f"{category} on {where}, which {job.name} runs on: save now, before it may fail")]
+        # its id is the job's alone, so a second GPU warning in the same incident asks nothing more
+        cmd = self._cmd(inc, "checkpoint_now", now, Target(job=job.name), {"reason": category},
+                        reason=f"{category} on {where}, which {job.name} runs on: save now, before it may fail")
+        return [cmd.model_copy(update={"target": Target(job=job.name, node=node,
+                                                        gpu=self.topo.gpu_id(node, gpus[0]) if gpus else None)})]
 
     def _tell(self, inc: OpenIncident, now: datetime) -> list[Command]:
         """The notify of the incident's current facts: once per change of them, at most once per

@@ -129,6 +129,12 @@ def test_the_standing_names_every_invariant_once() -> None:
     FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
     FaultPlan(kind='xid', at=0.219, job=0, pick=0, code=0, late=None, dup=False),
     FaultPlan(kind='ecc', at=0.078, job=0, pick=1, code=0, late=None, dup=False)), skew=None))
+# Two GPUs of one job held hot together: one thermal incident, and the job was asked to save twice (one request
+# per GPU); a request is the incident's, once (save).
+@example(FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=300.0, jobs=(
+    JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),), faults=(
+    FaultPlan(kind='thermal', at=0.25, job=0, pick=1, code=0, late=None, dup=False),
+    FaultPlan(kind='thermal', at=0.25, job=0, pick=0, code=0, late=None, dup=False)), skew=None))
 def test_every_fleet_keeps_the_invariants_that_hold(plan: FleetPlan) -> None:
     bad = violations(plan, HOLDING)
     assert not bad, "\n".join(bad[:10])
