@@ -14,7 +14,8 @@ invariant (:data:`INVARIANTS`), the violations found. Each rule, as the operator
   known bad (write failed, load failed, node-local on a node fenced or left out); never null when one is known;
 * ``world``: a restart's GPU count is one the job's launcher can form: whole nodes of ``nproc_per_node``
   workers, within its elastic range (a fixed job: its world size);
-* ``explained``: no incident for evidence an open or resolved fence already explains (the same category on
+* ``explained``: no incident for evidence an open or resolved fence already explains (the cause the fence was
+  placed for -- its command's reason, a second culprit's own category -- on
   hardware already fenced -- job-less, the fencing incident's job, or a job started there after the fence --
   or the job's own earlier incident's hardware: ``test_invariants.py`` (j));
 * ``consequence``: a consequence is not a second cause: no ``checkpoint_failure`` incident for a write that
@@ -75,7 +76,9 @@ class Watch(_Oracle):
     uuid: dict[tuple[str, int], str] = field(default_factory=dict)
     loaded: dict[str, list[tuple[int, str | None, str | None, datetime]]] = field(default_factory=dict)
     writer: dict[tuple[str, int], str | None] = field(default_factory=dict)  # (job, step) -> node that saved
-    fence_of: dict[tuple[str, str | None], tuple[Incident, datetime]] = field(default_factory=dict)  # unit -> by, at
+    # unit -> the incident that fenced it, when, and the fence's own cause (its command's reason: for a second
+    # culprit, its own category, not the incident's)
+    fence_of: dict[tuple[str, str | None], tuple[Incident, datetime, str]] = field(default_factory=dict)
     ckpt_errors: dict[str, list[tuple[datetime, str]]] = field(default_factory=dict)  # job -> failed writes
     ended: dict[str, str] = field(default_factory=dict)  # job -> how its run ended without failing, till it starts
     live: dict[str, bool] = field(default_factory=dict)  # job -> its latest run started and not ended (failed or not)
@@ -125,7 +128,7 @@ class Watch(_Oracle):
             inc = self.incidents.get(d.incident)
             if inc is not None:
                 unit = (d.target.node, d.target.gpu if d.type == "quarantine_gpu" else None)
-                self.fence_of.setdefault(unit, (inc, d.issued_at))
+                self.fence_of.setdefault(unit, (inc, d.issued_at, str(d.params.get("reason") or inc.category)))
         elif isinstance(d, Command) and d.type == "release_gpu" and d.target.node and d.target.gpu:
             self.fenced_gpus.discard((d.target.node, d.target.gpu))
 
@@ -238,7 +241,7 @@ def _incident(w: Watch, inc: Incident) -> list[str]:
         units = [(inc.culprit.node, None)]
     by = [w.fence_of.get((n, g)) or w.fence_of.get((n, None)) for n, g in units]
     if units and all(w.fenced(n, g) for n, g in units) and all(b is not None for b in by):
-        first, at = by[0]  # type: ignore[misc]
+        first, at, _ = by[0]  # type: ignore[misc]
         # A job that was on the hardware when it failed has an incident of its own; anything else is the fence's.
         run = (w.runs.get(inc.job or "") or [None])[-1]
         theirs = inc.job is None or inc.job == first.job or (run is not None and run.start > at)
@@ -247,7 +250,7 @@ def _incident(w: Watch, inc: Incident) -> list[str]:
         now = w.incidents.get(first.id, first)
         split = inc.job is not None and inc.job == first.job and now.category != first.category
         theirs = theirs and not split
-        if theirs and all(b[0].id != inc.id and b[0].category == inc.category for b in by if b):
+        if theirs and all(b[0].id != inc.id and b[2] == inc.category for b in by if b):
             bad.append(f"incident {inc.id} ({inc.category}, job {inc.job}) for hardware incident {first.id} fenced")
     if inc.category == "training_hang" and inc.job:
         intervals = sum(max(0, len(r) - 1) for r in w.steps.get(inc.job, []))
