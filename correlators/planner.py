@@ -15,8 +15,9 @@ hardware is left out -- in whole nodes of the launcher's ``nproc_per_node``
 fenced hardware, and what the gate excluded without a fence (suspect, or no
 verdict in time), each with why -- and how it comes back, the cheapest way that can work
 (``params.mode``: in process, a spare, a requeue; :mod:`correlators.restart_mode`). Every
-command is built within the record cap (:mod:`correlators.bounded`): text and lists for people are shortened and say so; a restart's
-exclude lists stay exact, or, past the cap, become whole nodes (never fewer) and need approval.
+command is built within the record cap (:mod:`correlators.bounded`): text and lists for people
+are shortened and say so; a restart's exclude lists stay exact, or, past the cap, become whole
+nodes (never fewer) and need approval.
 """
 
 from __future__ import annotations
