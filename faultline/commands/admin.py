@@ -10,6 +10,7 @@ from pathlib import Path
 
 from common.settings import Settings
 from faultline.commands import Add
+from faultline.completion import SHELLS
 from faultline.errors import Unavailable, UsageError
 from faultline.terminal import to_json
 
@@ -58,7 +59,7 @@ def register(add: Add) -> None:
 
     co = add("completion", "Print the shell completion script (written from this command's own options).",
              "source <(faultline completion bash)")
-    co.add_argument("shell", choices=["bash", "zsh"], help="zsh loads it through bashcompinit (printed first)")
+    co.add_argument("shell", choices=SHELLS, help="zsh loads it through bashcompinit (printed first)")
     co.set_defaults(run=_completion)
 
 
