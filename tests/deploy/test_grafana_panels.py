@@ -6,6 +6,13 @@ runs every panel and template-variable query against the archive the public scen
 replayed into (``replayed_archive``, from :mod:`tests.sinks.replayed`), after substituting the
 ClickHouse plugin's macros the way the plugin does (``pkg/macros/macros.go`` of
 grafana/clickhouse-datasource) and the dashboard variables with concrete values.
+
+Namespaces: the archive keeps each namespace's rows in a database of its own
+(:mod:`sinks.archive.namespaces`), so a dashboard's ``namespace`` variable holds a database and
+every archive object a query reads is qualified with it (`` `${namespace}`.incident_facts ``).
+The broker tests replay one more scenario, its job renamed, into a second namespace and run
+every query for each namespace: a panel shows what its namespace's own database gives, and no
+row of the other's.
 """
 
 from __future__ import annotations
@@ -23,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from common.settings import REPO_ROOT
+from common.settings import REPO_ROOT, Settings
 from sinks.archive import Archive
+from tests.harness.shared import scenario
 
 if TYPE_CHECKING:
     from tests.sinks.replayed import Replayed
@@ -50,6 +58,13 @@ MACROS = {"fromTime", "toTime", "fromTime_ms", "toTime_ms", "timeFilter", "timeF
           "timeInterval_ms", "interval_s"}
 GLOBALS = {"__from", "__to"}  # Grafana's own time range variables, epoch milliseconds
 JOB = "pt-70b"  # the xid79_multi_node scenario's job: signals, an incident, fences and a restart
+NAMESPACE = "namespace"  # the variable that picks a namespace: its value is the namespace's database
+QUALIFIED = "`${namespace}`."  # how a query names the database of an archive object it reads
+# The operators' questions read parameterized views (report_*(since_ms=..., until_ms=...)), and
+# ClickHouse cannot call one qualified with a database whose name holds a dot
+# (`faultline.replay-x`.report_recovery(...) is "Unknown table function"): that dashboard stays
+# on the data source's own database, the live namespace, and says so in its description.
+LIVE_ONLY = {"faultline-questions"}
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -193,10 +208,15 @@ def test_dashboards_import_anywhere() -> None:
 
 
 def test_sql_interpolates_variables_as_quoted_strings() -> None:
-    """``${job:sqlstring}`` (Grafana quotes and escapes it), never ``'${job}'`` pasted between quotes."""
+    """``${job:sqlstring}`` (Grafana quotes and escapes it), never ``'${job}'`` pasted between quotes.
+
+    The one identifier is the namespace's database, `` `${namespace}`.table ``: Grafana has no
+    identifier format, and the variable's values are the namespace registry's databases (names
+    of letters, digits, ``.``, ``_`` and ``-``: :func:`sinks.archive.namespaces.check_namespace`)."""
     for q in QUERIES:
-        assert not re.search(r"'\$\{?[A-Za-z]\w*\}?'", q.sql), q.id
-        for var in re.findall(r"\$\{([A-Za-z]\w*)(:\w+)?\}", q.sql):
+        sql = q.sql.replace(QUALIFIED, "")
+        assert not re.search(r"'\$\{?[A-Za-z]\w*\}?'", sql), q.id
+        for var in re.findall(r"\$\{([A-Za-z]\w*)(:\w+)?\}", sql):
             assert var[1] == ":sqlstring", f"{q.id}: ${{{var[0]}{var[1]}}}"
 
 
@@ -215,6 +235,40 @@ def test_queries_use_only_known_macros_and_declared_variables() -> None:
             assert set(re.findall(r"\$__(\w+)", q.sql)) <= MACROS, q.id
             assert set(re.findall(r"\$\{(__\w+)\}", q.sql)) <= GLOBALS, q.id
             assert set(re.findall(r"\$\{?([A-Za-z]\w*)", q.sql)) <= names, q.id  # $__macros start with "_"
+
+
+def _namespace_var(board: dict[str, Any]) -> dict[str, Any] | None:
+    return next((v for v in board["templating"]["list"] if v["name"] == NAMESPACE), None)
+
+
+def test_archive_dashboards_pick_a_namespace() -> None:
+    """Every archive dashboard but the live-only ones has a ``namespace`` variable: one namespace at a
+    time (each is a database of its own: no query spans two), from the archive's registry, the live
+    one first so that it is what a dashboard opens on."""
+    for path in DASHBOARDS:
+        board = _load(path)
+        var = _namespace_var(board)
+        if board["uid"] in LIVE_ONLY:
+            assert var is None and "live namespace" in board["description"], board["uid"]
+            continue
+        assert var is not None, f"{board['uid']}: no namespace variable"
+        assert var["type"] == "query" and var["datasource"] == {"type": PLUGIN, "uid": DATASOURCE_REF}
+        assert (var["includeAll"], var["multi"], var["allowCustomValue"]) == (False, False, False), board["uid"]
+        assert var["query"] == var["definition"] and "FROM namespaces FINAL" in var["query"], board["uid"]
+        names = [v["name"] for v in board["templating"]["list"]]
+        assert names.index(NAMESPACE) == names.index("datasource") + 1, board["uid"]  # before what depends on it
+
+
+def test_every_archive_query_reads_the_chosen_namespace() -> None:
+    """Each table or view a query reads (after FROM or JOIN) is qualified with the namespace's
+    database; unqualified, it would read the data source's own database whatever was chosen."""
+    for q in QUERIES:
+        if q.dashboard in LIVE_ONLY or q.name == f"${NAMESPACE}":
+            continue
+        read = re.findall(r"\b(?:FROM|JOIN)\s+(?!\()(\S+)", q.sql)
+        assert read, q.id
+        for name in read:
+            assert name.startswith(QUALIFIED) and name != QUALIFIED, f"{q.id}: {name} is not in the chosen namespace"
 
 
 # --------------------------------------------------------------------------- the pipeline-health dashboard
@@ -268,47 +322,136 @@ def test_pipeline_health_queries_are_valid_promql(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- every query, on the replayed archive
 
 
+SECOND = "t-grafana.second"  # the second namespace: a dot in its name, as replays, demos and cells have
+SECOND_JOB = f"{JOB}-b"  # its one job: the xid79_multi_node scenario replayed again, the job renamed
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """One namespace of the replayed archive and the job its timeline dashboard is looked at for."""
+
+    name: str
+    database: str
+    job: str
+
+
 @dataclass(frozen=True)
 class Outcome:
     columns: tuple[str, ...]
     rows: int
     error: str | None = None
+    result: tuple[str, ...] = ()  # the rows, each as repr (sorted: ties may come in any order)
+    jobs: frozenset[str] = frozenset()  # the values of a `job` column, if the query returns one
+
+
+# (namespace, query id): the query as Grafana runs it, and in the namespace's database alone
+Outcomes = dict[tuple[str, str], tuple[Outcome, Outcome | None]]
+
+
+def _run(archive: Archive, sql: str) -> Outcome:
+    try:
+        columns = tuple(row["name"] for row in archive.query(f"DESCRIBE ({sql})"))
+        rows = archive.query(sql)
+    except Exception as exc:  # reported per query by the tests below
+        return Outcome((), 0, f"{type(exc).__name__}: {exc}")
+    jobs = frozenset(str(r["job"]) for r in rows if r.get("job") is not None)
+    return Outcome(columns, len(rows), result=tuple(sorted(repr(tuple(r.values())) for r in rows)), jobs=jobs)
 
 
 @pytest.fixture(scope="module")
-def outcomes(replayed_archive: Replayed) -> dict[str, Outcome]:
-    """Every dashboard query run on the replayed archive, over the time range its events span."""
-    results: dict[str, Outcome] = {}
+def namespaces(replayed_archive: Replayed, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+               ) -> tuple[Namespace, Namespace]:
+    """The replayed namespace (the live one: the archive's own database) and a second one, into which
+    the xid79_multi_node scenario is replayed again with its job renamed (no row of it is the first's)."""
+    from faultline.pipeline import replay
+
+    with Archive.open(replayed_archive.url) as archive:
+        live = Namespace(archive.namespace, archive.database, JOB)
+    work = tmp_path_factory.mktemp("second-namespace")
+    capture = work / "xid79_renamed.jsonl"
+    capture.write_text(scenario("xid79_multi_node").read_text().replace(f'"{JOB}"', f'"{SECOND_JOB}"'))
+    settings = Settings(kafka=kafka_bootstrap, data_dir=work, namespace=live.name, archive=replayed_archive.url)
+    replay(capture, settings, archive_namespace=SECOND)
+    with Archive.open(replayed_archive.url, SECOND, live=live.name, create=False) as archive:
+        second = Namespace(SECOND, archive.database, SECOND_JOB)
+    assert second.database != live.database
+    return live, second
+
+
+@pytest.fixture(scope="module")
+def outcomes(replayed_archive: Replayed, namespaces: tuple[Namespace, Namespace]
+             ) -> Outcomes:
+    """Every dashboard query run for each namespace over the time range the events span, as Grafana
+    sends it (through the data source's own database, the namespace's database in the variable),
+    next to the same query run in the namespace's own database with no qualification: what the
+    namespace alone holds (None for the namespace variable, which reads the registry)."""
+    results: Outcomes = {}
     with Archive.open(replayed_archive.url) as archive:
         [span] = archive.query("SELECT min(ts) AS first, max(ts) AS last FROM events")
         start, end = span["first"] - timedelta(hours=1), span["last"] + timedelta(hours=1)
         interval = max((end - start) / 200, timedelta(seconds=1))
-        for q in QUERIES:
-            sql = render(q.sql, start, end, interval, {"job": JOB})
-            assert "$" not in sql, f"{q.id}: unsubstituted macro or variable in {sql}"
-            try:
-                columns = tuple(row["name"] for row in archive.query(f"DESCRIBE ({sql})"))
-                rows = len(archive.query(sql))
-            except Exception as exc:  # reported per query by the test below
-                results[q.id] = Outcome((), 0, f"{type(exc).__name__}: {exc}")
-                continue
-            results[q.id] = Outcome(columns, rows)
+        for ns in namespaces:
+            with Archive.open(replayed_archive.url, ns.name, live=namespaces[0].name, create=False) as own:
+                for q in QUERIES:
+                    sql = render(q.sql, start, end, interval, {"job": ns.job, NAMESPACE: ns.database})
+                    assert "$" not in sql, f"{q.id}: unsubstituted macro or variable in {sql}"
+                    alone = None
+                    if q.name != f"${NAMESPACE}":
+                        alone = _run(own, render(q.sql.replace(QUALIFIED, ""), start, end, interval, {"job": ns.job}))
+                    results[(ns.name, q.id)] = (_run(archive, sql), alone)
     return results
 
 
 @pytest.mark.broker
 @pytest.mark.parametrize("query", QUERIES, ids=[q.id for q in QUERIES])
-def test_query_runs_and_returns_what_its_panel_expects(query: Query, outcomes: dict[str, Outcome]) -> None:
-    outcome = outcomes[query.id]
-    assert outcome.error is None, outcome.error
-    assert list(outcome.columns) == query.expected["columns"]
+def test_query_runs_and_returns_what_its_panel_expects(query: Query, outcomes: Outcomes,
+                                                       namespaces: tuple[Namespace, Namespace]) -> None:
+    for ns in namespaces:
+        outcome, _ = outcomes[(ns.name, query.id)]
+        assert outcome.error is None, f"{ns.name}: {outcome.error}"
+        assert list(outcome.columns) == query.expected["columns"], ns.name
+    live, _ = outcomes[(namespaces[0].name, query.id)]
     if query.expected["rows"]:
-        assert outcome.rows > 0, "no rows where the replayed scenarios should give some"
+        assert live.rows > 0, "no rows where the replayed scenarios should give some"
 
 
 @pytest.mark.broker
-def test_the_job_variable_offers_the_replayed_jobs(replayed_archive: Replayed) -> None:
-    [job_var] = [q for q in QUERIES if q.name == "$job"]
+@pytest.mark.parametrize("query", [q for q in QUERIES if q.dashboard not in LIVE_ONLY],
+                         ids=[q.id for q in QUERIES if q.dashboard not in LIVE_ONLY])
+def test_a_namespace_shows_its_own_rows_and_no_others(query: Query, namespaces: tuple[Namespace, Namespace],
+                                                      outcomes: Outcomes) -> None:
+    """With one namespace chosen, a panel shows exactly what that namespace's database gives, and
+    none of the other's jobs; the second namespace (one scenario) fills the panels that expect rows."""
+    for ns, other in (namespaces, namespaces[::-1]):
+        shown, alone = outcomes[(ns.name, query.id)]
+        if alone is None:  # the namespace variable itself: it lists them all (see below)
+            continue
+        assert shown.error is None and alone.error is None, shown.error or alone.error
+        assert other.job not in shown.jobs, f"{ns.name}: rows of {other.name}'s job {other.job}"
+        assert shown.result == alone.result, f"{ns.name}: not what its own database holds"
+    second, _ = outcomes[(namespaces[1].name, query.id)]
+    assert second.jobs <= {SECOND_JOB}, second.jobs
+    if query.expected["rows"] and query.dashboard == "faultline-incident-timeline":
+        assert second.rows > 0, "no rows of the second namespace's job"
+
+
+@pytest.mark.broker
+def test_the_namespace_variable_offers_every_namespace_live_first(replayed_archive: Replayed,
+                                                                  namespaces: tuple[Namespace, Namespace]) -> None:
+    """Its first column is the value (the database the panels read), its second the text shown
+    (the namespace), as the ClickHouse plugin's variable queries take them."""
+    var_sqls = {q.sql for q in QUERIES if q.name == f"${NAMESPACE}"}
+    assert len(var_sqls) == 1  # the same query on every dashboard that has the variable
     with Archive.open(replayed_archive.url) as archive:
-        jobs = [r["job"] for r in archive.query(job_var.sql)]
-    assert {JOB, "ft-7b", "pt-34b", "sft-13b", "ft-3b"} <= set(jobs)
+        options = [tuple(r.values()) for r in archive.query(var_sqls.pop())]
+    live, second = namespaces
+    assert options[0] == (live.database, live.name) and (second.database, second.name) in options
+
+
+@pytest.mark.broker
+def test_the_job_variable_offers_the_replayed_jobs(outcomes: Outcomes,
+                                                   namespaces: tuple[Namespace, Namespace]) -> None:
+    [job_var] = [q for q in QUERIES if q.name == "$job"]
+    live, second = (outcomes[(ns.name, job_var.id)][0] for ns in namespaces)
+    assert {JOB, "ft-7b", "pt-34b", "sft-13b", "ft-3b"} <= live.jobs and SECOND_JOB not in live.jobs
+    assert second.jobs == {SECOND_JOB}
