@@ -132,13 +132,14 @@ class ArchiveReader:
     of ``[read_from, until]`` less the raw telemetry ingested before ``cutoff``, in ``(ts, id)`` order;
     rows that are not events are counted in ``src.unreadable``. Read through ``archive`` when given,
     else through the archive at ``url`` opened here (for a chDB directory: through the process that
-    owns it)."""
+    owns it), with the raw-telemetry TTL it has (``ttl_days``: opening sets it, and must not change it)."""
 
     url: str
     namespace: str
     read_from: datetime
     until: datetime
     cutoff: datetime
+    ttl_days: int
     context: tuple[Event, ...] = ()
 
     def events(self, src: Source, archive: Archive | None = None) -> Iterator[Event]:
@@ -147,7 +148,8 @@ class ArchiveReader:
             for page in event_pages(archive, self.read_from, self.until, self.cutoff, src.unreadable):
                 yield from page
             return
-        with Archive.open(self.url, self.namespace, live=self.namespace, create=False) as own:
+        with Archive.open(self.url, self.namespace, live=self.namespace, create=False,
+                          raw_ttl_days=self.ttl_days) as own:
             for page in event_pages(own, self.read_from, self.until, self.cutoff, src.unreadable):
                 yield from page
 
@@ -173,7 +175,8 @@ def from_archive(archive: Archive, since: datetime | None, until: datetime | Non
     src = Source(f"archive namespace {archive.namespace}", iter(()), lo, until, read_from, Retention(raw, n, a, b))
     context = context_events(archive, read_from, src.unreadable) if read_from > first else []
     src.context = len(context)
-    src.reader = ArchiveReader(archive.url, archive.namespace, read_from, hi, raw.cutoff, tuple(context))
+    src.reader = ArchiveReader(archive.url, archive.namespace, read_from, hi, raw.cutoff, raw.ttl_days,
+                               tuple(context))
     src.events = src.reader.events(src, archive)
     return src
 

@@ -16,6 +16,7 @@ from faultline.backtest.run import Backtest, backtest
 from faultline.backtest.source import from_archive
 from faultline.cli import main
 from faultline.simulate_history import History
+from sinks.archive.history import raw_retention
 from sinks.archive.store import Archive
 
 from .archived import T0, archive_capture
@@ -68,9 +69,10 @@ def _stable(bt: Backtest) -> dict[str, Any]:
 
 def test_an_archive_window_read_by_the_workers_gives_the_same_backtest(tmp_path: Path) -> None:
     """Each worker reads the window itself, through the archive's owner (this process): the context,
-    the warm-up and the window are those of the one-process pass, and so is every decision."""
+    the warm-up and the window are those of the one-process pass, and so is every decision; and opening
+    the archive there leaves its raw-telemetry TTL as it was."""
     candidate = str(_policy(tmp_path))
-    with Archive.open(f"chdb://{tmp_path / 'archive'}") as archive:
+    with Archive.open(f"chdb://{tmp_path / 'archive'}", raw_ttl_days=45) as archive:
         archive_capture(archive, _history(), decisions=False)
         since = T0 + timedelta(hours=20)
 
@@ -79,6 +81,7 @@ def test_an_archive_window_read_by_the_workers_gives_the_same_backtest(tmp_path:
             return backtest(src, load_policy(candidate), load_policy(), workers=workers)
 
         one, two = run(1), run(2)
+        assert raw_retention(archive).ttl_days == 45
     assert two.workers == 2 and one.workers == 1
     assert two.source.context == one.source.context > 0 and two.judged.events == one.judged.events
     assert json.dumps(_stable(two), default=str) == json.dumps(_stable(one), default=str)
