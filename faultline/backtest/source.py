@@ -20,6 +20,12 @@ and the backtest says so (:class:`Retention`) and marks the differences that may
 
 **A capture** is screened as ``faultline replay`` screens it and replayed in its own (arrival)
 order; its whole span is judged, and ``since``/``until`` only choose what is compared.
+
+**Read again elsewhere.** A source also says how to read the same events again in another process
+(:attr:`Source.reader`: :class:`CaptureReader`, :class:`ArchiveReader`, both picklable), so that a
+worker of :mod:`.parallel` reads its history itself rather than receiving it: the same file, or the
+same archive query with the window, warm-up, raw-telemetry cutoff and context fixed here, so it reads
+the same events in the same order.
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ from sinks.archive.history import (
 from sinks.archive.store import Archive
 from streams.events import Event
 
-__all__ = ["RAW_DEPENDENT", "Retention", "Source", "from_archive", "from_capture"]
+__all__ = ["RAW_DEPENDENT", "ArchiveReader", "CaptureReader", "Retention", "Source", "from_archive",
+           "from_capture"]
 
 #: Categories a decision of which may rest on raw telemetry (NVML samples, heartbeats), and how.
 RAW_DEPENDENT: dict[str, str] = {
@@ -97,6 +104,54 @@ class Source:
     unreadable: Unreadable = field(default_factory=Unreadable)
     bad_lines: int = 0  # a capture's lines the screen refused (see `faultline replay` for why)
     context: int = 0  # events read from before the warm-up
+    reader: CaptureReader | ArchiveReader | None = None  # how another process reads these events (None: it cannot)
+
+
+@dataclass(frozen=True)
+class CaptureReader:
+    """A capture's events, screened line by line; the lines the screen refuses are counted in
+    ``src.bad_lines``."""
+
+    path: Path
+
+    def events(self, src: Source) -> Iterator[Event]:
+        from producers.capture.reader import read_capture_lines
+        from producers.capture.screen import Accepted, CaptureScreen
+
+        with self.path.open("rb") as f:
+            for verdict in CaptureScreen().screen(read_capture_lines(f)):
+                if isinstance(verdict, Accepted):
+                    yield from verdict.events
+                else:
+                    src.bad_lines += 1
+
+
+@dataclass(frozen=True)
+class ArchiveReader:
+    """An archive window's events: the context (read once, before, and carried along), then the events
+    of ``[read_from, until]`` less the raw telemetry ingested before ``cutoff``, in ``(ts, id)`` order;
+    rows that are not events are counted in ``src.unreadable``. Read through ``archive`` when given,
+    else through the archive at ``url`` opened here (for a chDB directory: through the process that
+    owns it), with the raw-telemetry TTL it has (``ttl_days``: opening sets it, and must not change it)."""
+
+    url: str
+    namespace: str
+    read_from: datetime
+    until: datetime
+    cutoff: datetime
+    ttl_days: int
+    context: tuple[Event, ...] = ()
+
+    def events(self, src: Source, archive: Archive | None = None) -> Iterator[Event]:
+        yield from self.context
+        if archive is not None:
+            for page in event_pages(archive, self.read_from, self.until, self.cutoff, src.unreadable):
+                yield from page
+            return
+        with Archive.open(self.url, self.namespace, live=self.namespace, create=False,
+                          raw_ttl_days=self.ttl_days) as own:
+            for page in event_pages(own, self.read_from, self.until, self.cutoff, src.unreadable):
+                yield from page
 
 
 def from_archive(archive: Archive, since: datetime | None, until: datetime | None, warmup: timedelta,
@@ -120,30 +175,14 @@ def from_archive(archive: Archive, since: datetime | None, until: datetime | Non
     src = Source(f"archive namespace {archive.namespace}", iter(()), lo, until, read_from, Retention(raw, n, a, b))
     context = context_events(archive, read_from, src.unreadable) if read_from > first else []
     src.context = len(context)
-
-    def events() -> Iterator[Event]:
-        yield from context
-        for page in event_pages(archive, read_from, hi, raw.cutoff, src.unreadable):
-            yield from page
-
-    src.events = events()
+    src.reader = ArchiveReader(archive.url, archive.namespace, read_from, hi, raw.cutoff, raw.ttl_days,
+                               tuple(context))
+    src.events = src.reader.events(src, archive)
     return src
 
 
 def from_capture(path: Path, since: datetime | None, until: datetime | None) -> Source:
     """A capture file, screened line by line (bad lines refused and counted), in its own order."""
-    from producers.capture.reader import read_capture_lines
-    from producers.capture.screen import Accepted, CaptureScreen
-
-    src = Source(f"capture {path}", iter(()), since, until)
-
-    def events() -> Iterator[Event]:
-        with path.open("rb") as f:
-            for verdict in CaptureScreen().screen(read_capture_lines(f)):
-                if isinstance(verdict, Accepted):
-                    yield from verdict.events
-                else:
-                    src.bad_lines += 1
-
-    src.events = events()
+    src = Source(f"capture {path}", iter(()), since, until, reader=CaptureReader(path))
+    src.events = CaptureReader(path).events(src)
     return src

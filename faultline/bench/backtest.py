@@ -4,7 +4,8 @@
 (:mod:`faultline.simulate_history`: jobs of 1 to 32 nodes coming and going, failures of every common
 kind, lemon GPUs), screens it into canonical events and archives them in an embedded chDB archive
 (in shuffled batches, as a sink may write them), then times ``faultline backtest``'s work -- read the
-window back, judge it under a candidate and the current policy in one pass, diff -- the way the
+window back, judge it under a candidate and the current policy in one pass (``--workers 2``: each
+policy in a worker process of its own, :mod:`faultline.backtest.parallel`), diff -- the way the
 command does it. ``--exact`` also replays the same events in the archive's order through
 :func:`~faultline.outcome.decide_offline` under each policy, independently, and checks that both
 sides' decisions and the diff are identical. One JSON object on the last line; the figures are for
@@ -40,7 +41,7 @@ __all__ = ["CANDIDATE", "main", "measure"]
 CANDIDATE = "xid:\n  94: software\n  79: gpu_firmware_fault\nlemons:\n  threshold: 1.9\nunknown_cause_auto_restarts: 0\n"
 
 
-def measure(nodes: int, days: float, exact: bool, seed: int = 20) -> dict[str, Any]:
+def measure(nodes: int, days: float, exact: bool, seed: int = 20, workers: int = 1) -> dict[str, Any]:
     out: dict[str, Any] = {"nodes": nodes, "days": days, "seed": seed}
     t = time.perf_counter()
     lines = list(History(nodes=nodes, days=days, seed=seed).lines())
@@ -57,11 +58,13 @@ def measure(nodes: int, days: float, exact: bool, seed: int = 20) -> dict[str, A
                 archive.write_events(shuffled[k:k + 20_000])
             out["setup_archive_s"] = round(time.perf_counter() - t, 1)
             t = time.perf_counter()
-            bt = backtest(from_archive(archive, None, None, timedelta(days=1)), load_policy(policy), load_policy())
+            bt = backtest(from_archive(archive, None, None, timedelta(days=1)), load_policy(policy), load_policy(),
+                          workers=workers)
             wall = time.perf_counter() - t
         j = bt.to_json()
         out.update(backtest_s=round(wall, 2), read_s=j["timing"]["read_s"], engines_s=j["timing"]["engine_s"],
                    events_judged=bt.judged.events, events_per_s=round(bt.judged.events / wall),
+                   workers=bt.workers, events_per_s_per_worker=round(bt.judged.events / wall / bt.workers),
                    incidents={"baseline": j["incidents"]["baseline"], "candidate": j["incidents"]["candidate"]},
                    recategorised=len(j["incidents"]["recategorised"]), commands_by_type=j["commands"]["by_type"],
                    approvals_asked=[j["costs"]["baseline"]["approvals_asked"],
@@ -86,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--days", type=float, default=7)
     p.add_argument("--seed", type=int, default=20)
     p.add_argument("--exact", action="store_true", help="also check against independent replays (slower)")
+    p.add_argument("--workers", type=int, default=1, help="processes that judge (2: one per policy)")
     args = p.parse_args(argv)
-    result = measure(args.nodes, args.days, args.exact, args.seed)
+    result = measure(args.nodes, args.days, args.exact, args.seed, args.workers)
     print(json.dumps(result))
     return 0 if result.get("exact", True) else 1
 

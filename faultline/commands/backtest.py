@@ -37,6 +37,9 @@ def register(add: Add) -> None:
     b.add_argument("--json", action="store_true", help="one JSON object with every difference")
     b.add_argument("--html", type=Path, help="also write a page with the differing incidents side by side")
     b.add_argument("--fail-on-diff", action="store_true", help="exit 1 when the candidate decides differently")
+    b.add_argument("--workers", type=_workers, metavar="N",
+                   help="processes that judge: each policy side in its own, the same decisions either way "
+                        "(default: the CPUs, at most one per side; 1: this process, in one pass)")
     b.set_defaults(run=_backtest)
 
 
@@ -60,6 +63,12 @@ def _duration(text: str) -> timedelta:
     if match is None or (match.group(2) is None and float(match.group(1)) != 0):
         raise UsageError(f"--warmup wants a duration (0, 6h, 1d, 14d), got {text!r}")
     return timedelta(seconds=float(match.group(1)) * _UNIT_S[(match.group(2) or "s").lower()])
+
+
+def _workers(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"wants a whole number of processes, 1 or more, got {text!r}")
+    return int(text)
 
 
 def _backtest(args: argparse.Namespace, settings: Settings) -> int:
@@ -91,7 +100,8 @@ def _backtest(args: argparse.Namespace, settings: Settings) -> int:
                              "backtest the archive namespace it was replayed into (--namespace)")
         if not args.capture.is_file():
             raise UsageError(f"no such capture file {args.capture}")
-        result = backtest(from_capture(args.capture, since, until), candidate, current, labels=labels)
+        result = backtest(from_capture(args.capture, since, until), candidate, current, labels=labels,
+                          workers=args.workers)
     else:
         from sinks.archive.history import decided
 
@@ -104,7 +114,7 @@ def _backtest(args: argparse.Namespace, settings: Settings) -> int:
                 return decided(archive, lo, hi) if lo else ([], [])
 
             live = archived if args.against == "live" else None
-            result = backtest(src, candidate, None if live else current, live, labels)
+            result = backtest(src, candidate, None if live else current, live, labels, args.workers)
     out = result.to_json()
     if args.json:
         print(to_json(out))

@@ -25,3 +25,9 @@ def test_a_week_of_a_500_node_fleet_backtests_exactly() -> None:
     print(result)
     assert result["exact"] is True and result["events"] > 300_000
     assert result["incidents"]["baseline"] > 100 and result["recategorised"] > 0
+
+
+def test_a_small_fleet_backtests_exactly_on_two_workers() -> None:
+    """Each policy in its own process: still exact against independent replays."""
+    result = measure(nodes=30, days=1, exact=True, workers=2)
+    assert result["exact"] is True and result["workers"] == 2
