@@ -46,12 +46,13 @@ class NvmlNode:
     cad: float | None = None
     fresh: int = 0
 
-    def observe(self, idx: int, ts: datetime) -> bool:
-        """Record a sample of GPU ``idx``; True when the GPU had been declared gone and is back."""
+    def observe(self, idx: int, ts: datetime, learn: bool = True) -> bool:
+        """Record a sample of GPU ``idx``; True when the GPU had been declared gone and is back. ``learn``: its gap
+        is the node's cadence (not when the cell's clock placed it, :mod:`correlators.clock`)."""
         prev = self.last.get(idx)
         if prev is None:
             self.cad = None  # a GPU not seen before: the cadence waits for its vote (see the class docstring)
-        elif ts > prev:
+        elif ts > prev and learn:
             gap = (ts - prev).total_seconds()
             self.own[idx] = gap
             self.gaps += 1
