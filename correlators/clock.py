@@ -34,18 +34,18 @@ of its own). The rule, over (source key, event time, arrival order) and nothing 
   out (a node is silent only past ``silence_factor`` (3) cadences). On the live path the wall clock
   bounds it too: nothing moves the clock more than the tolerance past the last wall tick. The cell
   clock is never moved back.
-* **The screen.** A line past that bound, or more than the reach behind the clock from a source whose
-  newest stamp is behind too (a late line of a source in step is judged at its own time, as every
-  late line is), is *screened*: judged as evidence, but placed at the cell's time it arrived at (the
-  vote, or the clock if that is later), so its heartbeats and samples never time out another source.
-  A source once screened stays so until back within half the tolerance (one hovering at a bound
-  must not alternate between two clocks). A source's judged times never go back (but for its late
-  lines): a screened line is placed no earlier than its source's line before was judged, and what
-  learns a cadence from a source's gaps learns none from its placed lines (``placing``: their gaps are
-  the cell's, not the source's; :mod:`correlators.nvml_presence`). A heartbeat stamped ahead of the
-  cell clock counts from the cell clock (:mod:`correlators.rules.liveness`): a node whose clock leads
-  is judged silent no later than one in step. The skew is noted on its source, counted for the cell,
-  and the sources screened lately are a metric (:meth:`CellClock.skewed`, alert ``SourceClockSkewed``).
+* **The screen.** A line past that bound is *screened*: judged as evidence, but at the voters' time
+  (the vote, or the wall bound), where it arrived in the cell's time: never at a clock another line
+  pushed ahead, never moving the clock. So is a line more than the reach behind the clock from a source
+  whose newest stamp is behind too (placed at the clock); a late line of a source in step is judged at
+  its own time, as every late line is. A source once screened stays so until back within half the
+  tolerance (one hovering at a bound must not alternate between two clocks). What learns a cadence
+  from a source's gaps reads its own stamps (``stamp``, the line's as its source wrote it): a placed
+  line's gap is the cell's, not the source's (:mod:`correlators.nvml_presence`). A heartbeat stamped
+  ahead of the cell clock counts from the cell clock (:mod:`correlators.rules.liveness`): a node whose
+  clock leads is judged silent no later than one in step. The skew is noted on its source, counted for
+  the cell, and the sources screened lately are a metric (:meth:`CellClock.skewed`, alert
+  ``SourceClockSkewed``).
 
 The vote is recomputed every ``max(1, sources // 16)`` arrivals (a fleet of hundreds of sources
 would otherwise sort them on every line). Everything here is plain data in
@@ -105,7 +105,7 @@ class CellClock:
     cadence_s: float = 0.0  # the voters' cadence (lower median of their last gaps)
     wall: Instant | None = None  # the live path: the newest wall-clock time the cell was advanced to
     screened: int = 0  # lines screened in this cell
-    placing: bool = False  # the line being judged is screened: placed at the cell's clock, not at its own stamp
+    stamp: Instant | None = None  # the stamp of the line being judged, as its source wrote it (screened or not)
     worst_skew_s: float = 0.0  # the largest skew screened (signed, by magnitude)
     tolerance_s: float = 30.0  # the policy's, as the last line arrived with it
 
@@ -125,7 +125,7 @@ class CellClock:
         vote (ahead) or of the clock (behind): one hovering at a bound must not alternate between its own time
         and the cell's, which would mix two clocks in one sequence (its heartbeats' cadence, its GPUs' samples)."""
         self.arrivals += 1
-        self.placing, self.tolerance_s = False, tolerance_s
+        self.tolerance_s, self.stamp = tolerance_s, ts
         tol = timedelta(seconds=tolerance_s)
         if key is not None:
             self._heard(key, ts, self.reach(tolerance_s))
@@ -138,17 +138,14 @@ class CellClock:
                   if t is not None]  # live: nothing moves the clock far past the wall time either
         if limits and ts > min(limits):  # ahead of the vote by more than the reach: it moves nothing
             base = min(t for t in (vote, None if self.wall is None else self.wall + tol) if t is not None)
-            now = base if clock is None or base > clock else clock
+            self._note(key, (ts - base).total_seconds())
+            return (base if clock is None or base > clock else clock), base  # judged at the voters' time
         else:
             now = ts if clock is None or ts > clock else clock
             behind = tol * LEAD if was < 0 else reach
             if src is None or now - ts <= behind or now - src.mark <= behind:
-                if src is not None and (src.placed is None or ts > src.placed):
-                    src.placed = ts
                 return now, ts  # in step; or a late line of a source whose newest stamp is in step
         self._note(key, (ts - now).total_seconds())
-        if src is not None:  # its sequence goes on from where its line before was judged, never back
-            now = src.placed = now if src.placed is None or now > src.placed else src.placed
         return now, now
 
     def tick(self, wall: datetime) -> None:
@@ -179,7 +176,6 @@ class CellClock:
             src.spoke = self.voter_lines
 
     def _note(self, key: str | None, skew: float) -> None:
-        self.placing = True
         self.screened += 1
         if abs(skew) > abs(self.worst_skew_s):
             self.worst_skew_s = skew

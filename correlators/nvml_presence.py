@@ -40,20 +40,25 @@ class NvmlNode:
     newest: Instant | None = None
     gone: dict[int, Instant] = field(default_factory=dict)
     own: dict[int, float] = field(default_factory=dict)  # GPU index -> its newest gap, in seconds
+    stamps: dict[int, Instant] = field(default_factory=dict)  # GPU index -> its newest sample's own stamp
     gaps: int = 0  # how many gaps were seen in all
     # the median of ``own``, recomputed every RECOMPUTE new gaps (a node's cadence hardly moves; a median at
     # every sample would be the engine's costliest line)
     cad: float | None = None
     fresh: int = 0
 
-    def observe(self, idx: int, ts: datetime, learn: bool = True) -> bool:
-        """Record a sample of GPU ``idx``; True when the GPU had been declared gone and is back. ``learn``: its gap
-        is the node's cadence (not when the cell's clock placed it, :mod:`correlators.clock`)."""
-        prev = self.last.get(idx)
+    def observe(self, idx: int, ts: datetime, own: datetime | None = None) -> bool:
+        """Record a sample of GPU ``idx`` judged at ``ts`` and stamped ``own`` by its node (the same, unless the
+        cell's clock placed it: :mod:`correlators.clock`); True when the GPU had been declared gone and is back.
+        The cadence is learned from the node's own stamps: a placed sample's gap is the cell's, not the node's."""
+        own = ts if own is None else own
+        prev, before = self.last.get(idx), self.stamps.get(idx)
+        if before is None or own > before:
+            self.stamps[idx] = own
         if prev is None:
             self.cad = None  # a GPU not seen before: the cadence waits for its vote (see the class docstring)
-        elif ts > prev and learn:
-            gap = (ts - prev).total_seconds()
+        if before is not None and own > before:
+            gap = (own - before).total_seconds()
             self.own[idx] = gap
             self.gaps += 1
             self.fresh += 1
