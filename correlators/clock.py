@@ -89,7 +89,6 @@ class SourceMark:
     screened: int = 0
     skew_s: float = 0.0  # when last screened
     last_screened: int = 0  # the arrival at which a line of it was last screened
-    placed: Instant | None = None  # the newest time a line of it was judged at
     outvoted: bool = False  # a voter alone ahead of the others: its mark is not the vote
 
 
