@@ -31,11 +31,11 @@ of its own). The rule, over (source key, event time, arrival order) and nothing 
   known either, :mod:`correlators.rules.liveness`). A line moves the clock to its own stamp; one
   stamped past the vote by more than the reach moves nothing, so a source of any kind, on one node or
   on all, ahead by more than that moves the clock no further, and a skew within it can time nobody
-  out (a node is silent only past ``silence_factor`` (3) cadences). On the live path the wall clock
-  bounds it too: nothing moves the clock more than the tolerance past the last wall tick. The cell
+  out (a node is silent only past ``silence_factor`` (3) cadences). The wall clock bounds nothing
+  here: what a live worker's ticks decided a successor could not replay from the log. The cell
   clock is never moved back.
 * **The screen.** A line past that bound is *screened*: judged as evidence, but at the voters' time
-  (the vote, or the wall bound), where it arrived in the cell's time: never at a clock another line
+  (the vote), where it arrived in the cell's time: never at a clock another line
   pushed ahead, never moving the clock. So is a line more than the reach behind the clock from a source
   whose newest stamp is behind too (placed at the clock); a late line of a source in step is judged at
   its own time, as every late line is. A source once screened stays so until back within half the
@@ -102,7 +102,6 @@ class CellClock:
     agents: bool = False  # a node agent was heard: from then on, only agents vote among the nodes' sources
     vote: Instant | None = None  # the voters' time, recomputed every voters // RECOMPUTE_PER arrivals
     cadence_s: float = 0.0  # the voters' cadence (lower median of their last gaps)
-    wall: Instant | None = None  # the live path: the newest wall-clock time the cell was advanced to
     screened: int = 0  # lines screened in this cell
     stamp: Instant | None = None  # the stamp of the line being judged, as its source wrote it (screened or not)
     worst_skew_s: float = 0.0  # the largest skew screened (signed, by magnitude)
@@ -133,12 +132,9 @@ class CellClock:
         vote = self._voted(self.reach(tolerance_s))
         reach = self.reach(tolerance_s)  # the vote may have learned the cadence
         ahead = tol * LEAD if was > 0 else reach
-        limits = [t for t in (None if vote is None else vote + ahead, None if self.wall is None else self.wall + tol)
-                  if t is not None]  # live: nothing moves the clock far past the wall time either
-        if limits and ts > min(limits):  # ahead of the vote by more than the reach: it moves nothing
-            base = min(t for t in (vote, None if self.wall is None else self.wall + tol) if t is not None)
-            self._note(key, (ts - base).total_seconds())
-            return (base if clock is None or base > clock else clock), base  # judged at the voters' time
+        if vote is not None and ts > vote + ahead:  # ahead of the vote by more than the reach: it moves nothing
+            self._note(key, (ts - vote).total_seconds())
+            return (vote if clock is None or vote > clock else clock), vote  # judged at the voters' time
         else:
             now = ts if clock is None or ts > clock else clock
             behind = tol * LEAD if was < 0 else reach
@@ -146,11 +142,6 @@ class CellClock:
                 return now, ts  # in step; or a late line of a source whose newest stamp is in step
         self._note(key, (ts - now).total_seconds())
         return now, now
-
-    def tick(self, wall: datetime) -> None:
-        """The live path advanced the cell to the wall clock's ``wall``: the bound on what a stamp can move."""
-        if self.wall is None or wall > self.wall:
-            self.wall = wall
 
     def skewed(self, most: int = 20) -> list[tuple[str, float]]:
         """The sources whose clocks disagree now (a line screened within the live window), as (key, skew s),

@@ -168,8 +168,7 @@ class Correlator:
         return self._drain()
 
     def advance_to(self, now: datetime) -> list[Decision]:
-        """Move the clock without an event (live mode ticks on wall time, which also bounds the stamps)."""
-        self.state.sources.tick(now)
+        """Move the clock without an event (live mode ticks on wall time)."""
         self._advance(now)
         return self._drain()
 

@@ -163,19 +163,6 @@ def test_unknown_sources_do_not_vote() -> None:
     assert clock == at(0) and placed == at(0)
 
 
-def test_live_a_stamp_far_ahead_of_the_wall_clock_is_screened_even_alone() -> None:
-    """On the live path the wall clock bounds the vote: even a capture's one source cannot take the cell far
-    past the time its line arrived at (Correlator.advance_to ticks it)."""
-    engine = Correlator(load_policy(None))
-    engine.advance_to(at(100))
-    c = engine.state.sources
-    clock, placed = c.arrive("n1|node_agent", at(100 + 600), engine.clock, TOL)
-    assert clock == at(100 + TOL) and placed == clock and c.screened == 1
-    c.tick(at(200))
-    clock, placed = c.arrive("n1|node_agent", at(205), clock, TOL)
-    assert clock == at(205) and placed == at(205)
-
-
 def test_the_clock_state_is_a_snapshot() -> None:
     s = EngineState()
     clock = None
