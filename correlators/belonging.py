@@ -10,7 +10,11 @@ them before opening anything):
   nothing new: the evidence goes to the incident that fenced it
   (and so to its ticket), for as long as the fence holds, whether that incident is still open or
   already resolved. No job-less incident is opened for it. Another cause on the same hardware is
-  news, and is judged as such.
+  news, and is judged as such. The same holds for a second culprit found in a job's failure
+  (:func:`second_fault_owner`): hardware a fence holds for that cause is the fence's -- another
+  incident's fence always, the failure's own incident's when the job's run was started on the
+  hardware after it was fenced (a job-less fence that took the run the scheduler started there, and
+  that a stronger cause has since taken over).
 * **A consequence is not a second cause** (:func:`explained_by`). When a job's failure has a
   hardware root cause, what that cause explains -- the failures it brings about on the hardware it
   names or in the job it stopped, within ``timing.hardware_lookback_s`` of it -- is evidence of its
@@ -31,7 +35,7 @@ if TYPE_CHECKING:
     from correlators.state import EngineState
     from correlators.topology import Job
 
-__all__ = ["CONSEQUENCES", "explained_by", "fence_owner", "note_repeat", "takes_breach"]
+__all__ = ["CONSEQUENCES", "explained_by", "fence_owner", "note_repeat", "second_fault_owner", "takes_breach"]
 
 #: Categories a job's hardware root cause can bring about on its own (a consequence, not a cause).
 CONSEQUENCES = frozenset({"checkpoint_failure", "checkpoint_stale", "training_hang", "network_timeout",
@@ -65,6 +69,24 @@ def fence_owner(state: EngineState, node: str | None, gpus: list[int] | set[int]
     if first is None or any(f is None for f in fences):
         return None
     return state.incident(first.incident)
+
+
+def second_fault_owner(state: EngineState, inc: OpenIncident, node: str, gpus: set[int],
+                       category: str) -> OpenIncident | None:
+    """The incident whose fence a second culprit of ``inc`` (``category`` on ``node``'s ``gpus``) belongs to, or None:
+    a root cause of ``inc``'s job, an incident of its own (:mod:`correlators.root_causes`).
+
+    Hardware a fence holds for this very cause (:func:`fence_owner`) is that fence's: another incident's fence
+    always; ``inc``'s own fence when ``inc``'s job was started on the hardware after it was fenced (a breach:
+    :attr:`~correlators.topology.Job.breach` names ``inc``) -- its cause, its ticket and its incident were there
+    before this run, and a stronger cause taking ``inc`` over does not make them a new root cause of the run.
+    Only ``inc``'s own fence set for the run that failed (the job was on that hardware when it failed for that
+    cause, and a stronger cause took ``inc`` over since) leaves the cause an incident of its own."""
+    owner = fence_owner(state, node, gpus, category)
+    if owner is None or owner is not inc:
+        return owner
+    run = state.topology.jobs.get(inc.job) if inc.job is not None else None
+    return inc if run is not None and run.breach == inc.id else None
 
 
 def takes_breach(owner: OpenIncident, run: Job | None) -> bool:

@@ -7,9 +7,10 @@ Plain functions over the engine's state (the lifecycle calls them while refining
 * The **same cause** adds culprit hardware.
 * A **weaker cause** on hardware the incident does not blame yet is a second culprit of its own cause
   (:class:`~correlators.incident_state.OtherFault`): its own incident (:mod:`correlators.root_causes`),
-  fenced by its own rule before the one restart that serves both -- unless another incident's fence already
-  holds that hardware for that very cause (the scheduler started the job there): then it is that fence's
-  (:func:`correlators.belonging.fence_owner`), named by the lead and not published a second time.
+  fenced by its own rule before the one restart that serves both -- unless a fence already holds that hardware
+  for that very cause (another incident's, or this incident's own when the scheduler started the job on the
+  hardware after it was fenced: a breach): then it is that fence's
+  (:func:`correlators.belonging.second_fault_owner`), named by the lead and not published a second time.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from correlators.belonging import fence_owner
+from correlators.belonging import second_fault_owner
 from correlators.findings import HARDWARE_CATEGORIES, PRIORITY, Finding, covered_by, covers
 from correlators.incident_state import OpenIncident, OtherFault
 from correlators.root_causes import fault_id
@@ -52,13 +53,14 @@ def add_other(state: EngineState, inc: OpenIncident, category: str, node: str, g
     o = inc.other(category, node)
     if o is None:
         o = OtherFault(category, node, set(gpus), reason, ts)
-        owner = fence_owner(state, node, gpus, category)
-        if owner is not None and owner is not inc:  # fenced for this very cause already: that fence's incident
+        owner = second_fault_owner(state, inc, node, gpus, category)
+        if owner is not None:  # fenced for this very cause already: that fence's incident
             o.id = o.fenced_by = owner.id
         else:
             o.id = fault_id(inc, o)  # its own incident (root_causes): one per job and root cause
         inc.others.append(o)
-        also = f"also {reason} ({category}, incident {o.id})" if inc.job else reason
+        which = "this incident's fence" if owner is inc else f"incident {o.id}"
+        also = f"also {reason} ({category}, {which})" if inc.job else reason
         inc.summary = f"{inc.summary}; {also}" if inc.summary else also
         return True
     if gpus <= o.gpus:

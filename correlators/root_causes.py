@@ -10,9 +10,9 @@ incident (the stronger cause leads it), each second fault is an incident of its 
 category, culprit, severity and opening time -- whose state follows the failure it shares a restart
 with, and whose text says which rule made it and which incident's restart serves it. The lead
 incident names it too (its ``faults``, each with the id of its own incident). A second fault on hardware
-another incident already fenced for that very cause (the scheduler started the job there: a breach) is not a
-new root cause but that fence's (:func:`correlators.belonging.fence_owner`): the lead names that incident and
-no second one is published.
+another incident already fenced for that very cause -- or the lead itself did, before the scheduler started the
+job there (a breach) -- is not a new root cause but that fence's
+(:func:`correlators.belonging.second_fault_owner`): the lead names that incident and no second one is published.
 
 Kept nowhere but in the lead incident (the second incident is derived from it at every version), so
 a snapshot, a reopen and a takeover keep both without a second copy of the lifecycle.

@@ -427,9 +427,13 @@ def test_the_soaks_find_another_cause_on_a_second_culprits_fence_is_its_own_inci
     assert violations(SOAK_FIND, HOLDING) == []
 
 
-# The 10,000-example soak's find (FLEET_SEED=20261207), not fixed and not traced yet: XID 48 fences GPU 0 of job0,
-# the scheduler starts job0 again on it (a breach) and it is cancelled at that moment; XID 79 on GPU 1 follows. A
-# second gpu_memory_fault incident of job0 is opened for the GPU the first incident fences (class 2).
+# The 10,000-example soak's find (FLEET_SEED=20261207): XID 48 fences GPU 0 of job0 (job0 is cancelled at that
+# moment, so a job-less incident fences it), the scheduler starts job0 again on it (a breach) and XID 79 on GPU 1
+# follows. The fence's incident took the run's failure (belonging.takes_breach), XID 79 took that incident over as
+# the stronger cause, and the memory fault it displaced was published as a second gpu_memory_fault incident of job0
+# for the GPU the incident itself fences (class 2): a second culprit on its own incident's fence always counted as a
+# new root cause. Fixed in belonging.second_fault_owner: hardware fenced for that cause before the job's run started
+# there is the fence's, also when the fence is the failure's own incident.
 SOAK_FIND_BREACH = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=120.0, jobs=(
     JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),), faults=(
     FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=1, late=None, dup=False),
@@ -438,7 +442,5 @@ SOAK_FIND_BREACH = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=
     FaultPlan(kind='cancel', at=0.5, job=0, pick=0, code=0, late=None, dup=False)), skew=None)
 
 
-@pytest.mark.xfail(strict=True, reason="issue #25 class 2: after a breach and a cancel at the fence's moment, a later "
-                                       "failure opens a second incident for hardware the first one fences")
 def test_the_soaks_find_a_breach_and_a_cancel_then_a_repeat_belongs_to_the_fence() -> None:
     _keeps(SOAK_FIND_BREACH, "explained")
