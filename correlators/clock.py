@@ -13,10 +13,14 @@ of its own). The rule, over (source key, event time, arrival order) and nothing 
   back by more than the reach, below: a clock stepped back is that source's time again).
 * **The vote.** The voters are the nodes' agents (their heartbeats keep a cadence whatever happens;
   in a cell where no agent was ever heard, NVML's), each its node's *clock domain*, and the global
-  sources, each a domain of its own. A voter is live while heard within the last two rounds of the
-  voters' lines (a round: one line per voter, at least 4): arrival order is the one witness every
-  source shares, and it tells a dead voter (the others go on speaking, it does not) from one that
-  lags or leads (it speaks every round, whatever its stamps). With three live domains or more, the
+  sources, each a domain of its own. A voter is live until another voter has spoken ``PASSES`` (3)
+  times since it last spoke (lines of one voter stamped within ``BURST`` of its last turn are that
+  turn: a node's GPUs sampled at once): arrival order is the one witness every source shares, and it
+  tells a dead voter (the others go on speaking, it does not) from one that lags or leads (it speaks
+  in turn with the rest, whatever its stamps). A count of turns, not of rounds of every voter: when
+  all but one voter stop (a rack of a small cell down), the last one's third line retires them, so
+  the clock follows it within three of its cadences, not after rounds sized for a cell that is gone.
+  The scheduler, which speaks rarely, is live only around its own lines. With three live domains or more, the
   vote is the newest domain's mark if the second newest is within the reach of it, else the second
   newest's: one ahead of every other is alone and outvoted, and a gap the whole cell crosses is
   followed at its second witness; once outvoted, a domain stays so until within half the tolerance
@@ -64,8 +68,8 @@ __all__ = ["CellClock", "SourceMark", "source_key"]
 
 MIN_LIVE = 32  # arrivals a source counts as screened lately, at least...
 LIVE_PER_VOTER = 4  # ...or this many per source known
-ROUNDS = 2  # a voter is live while heard within this many rounds of the voters' lines (each voter once a round)
-MIN_ROUND = 4  # ...a round being at least this many voters' lines
+PASSES = 3  # a voter is dead once another voter has spoken this many times since it last spoke
+BURST = timedelta(seconds=0.5)  # lines of a voter stamped this close to its last turn are that turn (NVML's GPUs)
 RECOMPUTE_PER = 16  # the vote is recomputed every voters // this arrivals
 LEAD = 0.5  # the reach is the voters' cadence plus this share of the tolerance (and never under the tolerance)
 QUORUM = 3  # live clock domains needed before a lone newest one is outvoted
@@ -84,7 +88,9 @@ class SourceMark:
     mark: Instant
     heard: int = 0
     heard_before: int = 0  # the arrival of its line before (was that one screened?)
-    spoke: int = 0  # a voter's: the number of voters' lines when it was last heard
+    spoke: int = 0  # a voter's: the number of voters' lines when it last spoke
+    said: Instant | None = None  # a voter's: its stamp when it last spoke (a burst of one moment speaks once)
+    recent: list[int] = field(default_factory=list)  # a voter's: ``spoke`` of its last PASSES times
     gap_s: float = 0.0  # between its last two marks: a voter's cadence
     screened: int = 0
     skew_s: float = 0.0  # when last screened
@@ -98,7 +104,8 @@ class CellClock:
 
     sources: dict[str, SourceMark] = field(default_factory=dict)
     arrivals: int = 0
-    voter_lines: int = 0  # lines of voters (and global sources) heard: the voters' own count of rounds
+    voter_lines: int = 0  # times voters (and global sources) spoke: the voters' own count of turns
+    passed: int = 0  # the newest turn after which some voter spoke PASSES times: a voter not heard since is dead
     agents: bool = False  # a node agent was heard: from then on, only agents vote among the nodes' sources
     vote: Instant | None = None  # the voters' time, recomputed every voters // RECOMPUTE_PER arrivals
     cadence_s: float = 0.0  # the voters' cadence (lower median of their last gaps)
@@ -161,9 +168,19 @@ class CellClock:
         elif src.mark - ts > reach:
             src.mark = ts  # stepped back: its own time again (a line only late is not back by that much)
         src.heard_before, src.heard = src.heard, self.arrivals
-        if self._votes(key):
-            self.voter_lines += 1
-            src.spoke = self.voter_lines
+        if self._votes(key) and (src.said is None or abs(ts - src.said) > BURST):
+            self._spoke(src, ts)
+
+    def _spoke(self, src: SourceMark, ts: datetime) -> None:
+        """A voter speaks: a new turn. Once it has spoken PASSES times since another last did, that one is dead
+        (its node or agent stopped; a voter whose clock is only wrong goes on speaking in turn with the rest)."""
+        self.voter_lines += 1
+        src.spoke, src.said = self.voter_lines, ts
+        src.recent.append(self.voter_lines)
+        if len(src.recent) > PASSES:
+            del src.recent[0]
+        if len(src.recent) == PASSES and src.recent[0] > self.passed:
+            self.passed = src.recent[0]
 
     def _note(self, key: str | None, skew: float) -> None:
         self.screened += 1
@@ -191,8 +208,7 @@ class CellClock:
 
     def _vote(self, reach: timedelta) -> datetime | None:
         voters = [(k, v) for k, v in self.sources.items() if self._votes(k)]
-        since = self.voter_lines - ROUNDS * max(MIN_ROUND, len(voters))  # a dead voter drops out, a rogue does not
-        live = [(k, v) for k, v in voters if v.spoke > since]
+        live = [(k, v) for k, v in voters if v.spoke >= self.passed]  # a dead voter drops out, a rogue does not
         marks = [v for k, v in live if "|" in k]
         if not marks:
             return None  # no voter live: nothing times out on silence here, the newest stamp is the clock

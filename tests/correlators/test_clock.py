@@ -87,6 +87,37 @@ def test_a_gap_the_whole_cell_crosses_is_followed_at_its_second_witness() -> Non
     assert clock == at(3601) and placed == at(3601)
 
 
+def test_when_every_other_voter_stops_the_survivors_clock_is_followed_within_three_of_its_lines() -> None:
+    """A small cell: two agents and the scheduler; n1 and the scheduler stop. Nobody is ahead of anybody: the
+    others are gone, so the survivor's third line retires them and its time is the cell's again. (A fleet of two
+    nodes whose second died was frozen at the dead node's last heartbeat, every later line of the survivor
+    placed there, the survivor judged silent and its XID fenced minutes early: the fleet invariants' find.)"""
+    c = CellClock()
+    clock, _ = c.arrive("scheduler", at(10), None, TOL)
+    for s in (0, 60):
+        for n, off in (("n1", 1.0), ("n2", 4.7)):
+            clock, _ = c.arrive(f"{n}|node_agent", at(s + off), clock, TOL)
+    placed = []
+    for s in (120, 180, 240, 300, 360):  # n1 and the scheduler said nothing more
+        clock, at_ = c.arrive("n2|node_agent", at(s + 4.7), clock, TOL)
+        placed.append((at_ - at(s + 4.7)).total_seconds())
+    assert placed[2:] == [0.0, 0.0, 0.0] and clock == at(364.7)  # at the latest from its third line on
+    assert c.screened <= 2
+
+
+def test_a_rogue_that_goes_on_speaking_in_turn_stays_live_and_outvoted() -> None:
+    """The other side of the same rule: a node ten minutes ahead that keeps speaking in turn with the others is no
+    dead voter, whatever its stamps: it is outvoted for as long as it stays ahead."""
+    c = CellClock()
+    clock = None
+    for s in range(0, 1200, 30):
+        for n in ("n1", "n2", "n3", "n4"):
+            clock, placed = c.arrive(f"{n}|node_agent", at(s + (600 if n == "n2" and s >= 300 else 0)), clock, TOL)
+            assert clock == at(s)
+            if n == "n2" and s >= 300:
+                assert placed == at(s)  # judged where it arrived on the cell's clock
+
+
 @settings(max_examples=50, deadline=None)
 @given(kind=st.sampled_from(["nvml", "trainer", "kernel", "framework"]), lead=st.floats(20.0, 3600.0),
        nodes=st.integers(2, 12), every=st.sampled_from([10.0, 30.0, 60.0]), other=st.sampled_from([3.0, 7.0, 20.0]))

@@ -444,3 +444,20 @@ SOAK_FIND_BREACH = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=
 
 def test_the_soaks_find_a_breach_and_a_cancel_then_a_repeat_belongs_to_the_fence() -> None:
     _keeps(SOAK_FIND_BREACH, "explained")
+
+
+# The derandomised fleet's find on the cell clock (#26), no skew at all: n01's agent stops at 03:01:01, and with the
+# scheduler and the dead agent still counted live for two rounds of at least four voters' lines, n02 alone was
+# "outvoted" by its own dead neighbour: the clock froze at 03:01:01, n02's XID 79 was placed there, n02 was judged
+# silent and cordoned, and the restart ran before n01's SEL was fenced. A voter now dies once another has spoken
+# three times since it last did (correlators/clock.py).
+SURVIVOR = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=300.0, jobs=(
+    JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),), faults=(
+    FaultPlan(kind='xid_idle', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='xid_idle', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='node_down', at=0.125, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='ckpt_crash', at=0.5, job=0, pick=0, code=0, late=None, dup=False)), skew=None)
+
+
+def test_a_cell_whose_other_node_died_follows_the_survivors_clock() -> None:
+    assert violations(SURVIVOR, HOLDING) == []
