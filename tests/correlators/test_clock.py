@@ -274,6 +274,8 @@ def offset_of(mode: str, start: float, length: float, by: float) -> Offset:
 @example(skew=("n3", "drift", 3600.0, 1.0, 100.0, 600.0))  # builder's carry nothing but node and ts, and
 @example(skew=("n3", "drift", 3600.0, -1.0, 100.0, 600.0))  # the real ones would be dropped as duplicates)
 @example(skew=("n1", "jump", 45.0, 1.0, 300.0, 600.0))
+@example(skew=("n1", "drift", 244.69193226422038, -1.0, 60.0, 245.0))  # its clock stops: NVML's cadence was its
+@example(skew=("n1", "drift", 90.01713130052181, -1.0, 60.0, 246.0))  # milliseconds, a power domain "lost together"
 def test_one_node_skewed_on_a_healthy_fleet_opens_nothing(skew: tuple[str, str, float, float, float, float]) -> None:
     node, mode, size, sign, start, length = skew
     lines = restamp(healthy(), node, offset_of(mode, start, length, sign * size))
