@@ -68,6 +68,16 @@ Pipeline metrics (``stage`` is one of :data:`STAGES`)
     ``faultline_stage_heartbeat_interval_seconds{stage, stage_instance}`` (:data:`HEARTBEAT_INTERVAL`),
     the interval that instance promised; ``StageSilent`` fires past three of them. ``stage_instance``,
     not ``instance``: Prometheus gives every scraped series the target's ``instance`` (the sink's).
+``faultline_clock_screened_lines`` — :data:`CLOCK_SCREENED`
+    Lines the correlator's cells screened because their stamps lay past the sources' vote by more than
+    the reach, or behind the cell's clock (``correlators/clock.py``): judged at the cell clock, moving
+    nothing. Set with the gauges above, summed over the cells held; any rise is a source whose clock is
+    wrong (each source's last skew is in the cell's state, ``sources``).
+``faultline_clock_worst_skew_seconds`` — :data:`CLOCK_WORST_SKEW`
+    The largest skew screened in any cell held (signed: ahead positive).
+``faultline_clock_source_skew_seconds{node, source}`` — :data:`CLOCK_SOURCE_SKEW`
+    Each source whose clock disagrees with its cell's *now* (a line of it screened lately); the 20 worst per worker (a forged fleet cannot grow the series without bound).
+    A source in step again loses its series. Alert ``SourceClockSkewed``.
 
 Metrics the node agent exports (names only: :data:`AGENT_METRICS`)
 ------------------------------------------------------------------
@@ -119,7 +129,7 @@ __all__ = [
     "COMMANDS_ISSUED",
     "COMMAND_OUTCOMES",
     "CONSUMER_LAG",
-    "BLAST_RADIUS_HELD", "DEAD_LETTERS",
+    "BLAST_RADIUS_HELD", "CLOCK_SCREENED", "CLOCK_SOURCE_SKEW", "CLOCK_WORST_SKEW", "DEAD_LETTERS",
     "DETECTION_TO_COMMAND",
     "EVENT_TIME",
     "HEARTBEAT_INTERVAL",
@@ -199,6 +209,14 @@ EVENT_TIME = Gauge(
     "faultline_stage_event_timestamp_seconds", "Event time (Unix seconds) of the newest record a stage processed.",
     ["stage"],
 )
+CLOCK_SCREENED = Gauge(
+    "faultline_clock_screened_lines", "Lines screened for a clock that disagreed with the cell's, over the cells held.")
+CLOCK_WORST_SKEW = Gauge(
+    "faultline_clock_worst_skew_seconds", "The largest skew (s, ahead positive) screened in any cell held.")
+CLOCK_SOURCE_SKEW = Gauge(
+    "faultline_clock_source_skew_seconds",
+    "Skew (s, ahead positive) of each source whose clock disagrees with its cell's now (at most 20 per worker).",
+    ["node", "source"])
 
 HEARTBEAT_TIME = Gauge(
     "faultline_stage_heartbeat_timestamp_seconds", "When (Unix seconds) a stage instance last said it was alive.",
@@ -210,6 +228,7 @@ HEARTBEAT_INTERVAL = Gauge(
 )
 
 _open_labels: set[tuple[str, str]] = set()
+_skew_labels: set[tuple[str, str]] = set()
 _lag_labels: dict[str, set[tuple[str, str]]] = {}
 _lag_totals: dict[str, int] = {}
 
@@ -275,6 +294,16 @@ def set_incidents_open(counts: Mapping[tuple[str, str], int]) -> None:
     for labels, n in counts.items():
         INCIDENTS_OPEN.labels(*labels).set(n)
     _open_labels.update(counts)
+
+
+def set_source_skews(skews: Mapping[tuple[str, str], float]) -> None:
+    """Set the skew per ``(node, source)`` disagreeing now; a source no longer skewed loses its series."""
+    for labels in _skew_labels - set(skews):
+        CLOCK_SOURCE_SKEW.remove(*labels)
+    for labels, skew in skews.items():
+        CLOCK_SOURCE_SKEW.labels(*labels).set(skew)
+    _skew_labels.clear()
+    _skew_labels.update(skews)
 
 
 def set_consumer_lag(stage: str, lags: Mapping[tuple[str, int], int]) -> None:

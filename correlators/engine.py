@@ -4,7 +4,8 @@ Pure logic, no I/O: the Faust agent, ``faultline replay`` and the tests all
 drive the same :class:`Correlator`. Time is event time: the clock only moves
 with the observations, and timers (debounce, settle, silence, hang, staleness)
 fire as it passes them, so a three-day capture replays in seconds and gives the
-same answer every run.
+same answer every run. Which time: the sources vote it (:mod:`correlators.clock`), so one node whose
+clock is wrong moves nothing; its lines are judged at the cell's clock instead.
 
 How it is put together. Everything the engine remembers is one
 :class:`~correlators.state.EngineState` -- plain typed data, which is exactly
@@ -51,6 +52,7 @@ from datetime import datetime
 from functools import cache
 from typing import get_args
 
+from correlators.clock import source_key
 from correlators.incident_state import OpenIncident
 from correlators.lifecycle import IncidentLifecycle
 from correlators.operator_trust import OperatorTrust
@@ -152,7 +154,14 @@ class Correlator:
             return []
         if isinstance(body, ev.EndOfCapture):
             return self.finish()
-        self._advance(event.ts)
+        s = self.state
+        node = event.node
+        key = None if node and node not in s.topology.nodes else source_key(node, event.source)
+        now, at = s.sources.arrive(key, event.ts, s.clock, self.policy.timing.clock_skew_tolerance_s)
+        # a late line fires only the timers due by its own time, as ever (what it adds may still join them)
+        self._advance(now if s.clock is None or now > s.clock else min(at, s.clock))
+        if at != event.ts:  # screened: judged where it arrived on the cell's clock (correlators/clock.py)
+            event = event.model_copy(update={"ts": at})
         handler = self.handlers.get(body.kind)
         if handler is not None:  # else IGNORED
             handler(event, body)

@@ -30,30 +30,45 @@ RECOMPUTE = 16  # ...and is recomputed every this many new gaps, and whenever a 
 @dataclass
 class NvmlNode:
     """One node's NVML view: GPU index -> its newest sample, the newest of all, the gaps between a GPU's
-    consecutive samples as each GPU's newest gap, and the GPUs declared gone (with their last sample).
+    consecutive samples as each GPU's vote (the longer of its last two gaps), and the GPUs declared gone
+    (with their last sample).
 
-    The node's cadence is the median of its GPUs' own newest gaps -- one vote per GPU, not per sample: a
+    The node's cadence is the median of its GPUs' votes -- one vote per GPU, not per sample: a
     publish-on-change collector sends a GPU whose ECC counters move far more often than its quiet siblings,
     and a median over samples would take that GPU's pace for the node's and declare the others gone."""
 
     last: dict[int, Instant] = field(default_factory=dict)
     newest: Instant | None = None
     gone: dict[int, Instant] = field(default_factory=dict)
-    own: dict[int, float] = field(default_factory=dict)  # GPU index -> its newest gap, in seconds
+    own: dict[int, float] = field(default_factory=dict)  # GPU index -> the longer of its last two gaps, seconds
+    before: dict[int, float] = field(default_factory=dict)  # GPU index -> its newest gap, in seconds
+    stamps: dict[int, Instant] = field(default_factory=dict)  # GPU index -> its newest sample's own stamp
     gaps: int = 0  # how many gaps were seen in all
     # the median of ``own``, recomputed every RECOMPUTE new gaps (a node's cadence hardly moves; a median at
     # every sample would be the engine's costliest line)
     cad: float | None = None
     fresh: int = 0
 
-    def observe(self, idx: int, ts: datetime) -> bool:
-        """Record a sample of GPU ``idx``; True when the GPU had been declared gone and is back."""
-        prev = self.last.get(idx)
+    def observe(self, idx: int, ts: datetime, own: datetime | None = None) -> bool:
+        """Record a sample of GPU ``idx`` judged at ``ts`` and stamped ``own`` by its node (the same, unless the
+        cell's clock placed it: :mod:`correlators.clock`); True when the GPU had been declared gone and is back.
+        The cadence is learned from the node's own stamps: a placed sample's gap is the cell's, not the node's --
+        unless the node's is the shorter (a clock that stopped or runs slow stamps its samples milliseconds
+        apart while they arrive a cadence apart): a placed sample's gap is the larger of the two, so neither
+        clock can make the node's NVML look faster than it speaks and its GPUs overdue between two samples."""
+        own = ts if own is None else own
+        prev, before = self.last.get(idx), self.stamps.get(idx)
+        if before is None or own > before:
+            self.stamps[idx] = own
         if prev is None:
             self.cad = None  # a GPU not seen before: the cadence waits for its vote (see the class docstring)
-        elif ts > prev:
-            gap = (ts - prev).total_seconds()
-            self.own[idx] = gap
+        if before is not None and own > before:
+            gap = (own - before).total_seconds()
+            if own != ts and prev is not None and ts > prev:  # placed: neither clock alone makes it look faster
+                gap = max(gap, (ts - prev).total_seconds())
+            # a GPU's vote is the longer of its last two gaps: a clock stepped back shortens exactly one gap
+            # of every GPU of the node at once, and must not make the node's NVML look faster than it speaks
+            self.own[idx], self.before[idx] = max(gap, self.before.get(idx, 0.0)), gap
             self.gaps += 1
             self.fresh += 1
             if self.cad is None or self.fresh >= RECOMPUTE:
@@ -67,7 +82,7 @@ class NvmlNode:
         return bool(self.gone) and self.gone.pop(idx, None) is not None
 
     def cadence(self) -> float | None:
-        """Seconds between two samples of one GPU (the median of the GPUs' newest gaps), once known."""
+        """Seconds between two samples of one GPU (the median of the GPUs' votes), once known."""
         return self.cad
 
     def next_overdue(self, factor: float) -> datetime | None:
@@ -88,7 +103,7 @@ class NvmlNode:
 
     def speaks_until(self, idx: int, factor: float) -> datetime | None:
         """Until when (in this node's NVML time) NVML could still speak for GPU ``idx``, for the restart gate:
-        :meth:`overdue_at` once the node's cadence is known; before that, the GPU's own newest gap. A GPU that
+        :meth:`overdue_at` once the node's cadence is known; before that, the GPU's own vote. A GPU that
         has shown its own pace (a publish-on-change GPU whose counters move) is waited for at that pace --
         waiting is the gate's safe side, and its ``max_wait_s`` bounds it -- while declaring a GPU gone keeps
         to the node's cadence, which one fast GPU cannot set."""

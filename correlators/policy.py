@@ -44,6 +44,7 @@ class Timing(_Strict):
     silence_factor: float = 3
     rack_window_s: float = 120
     bmc_wait_s: float = 60
+    clock_skew_tolerance_s: float = 30
     verify_timeout_s: float = 1800
     reopen_within_s: float = 21600
     progress_steps: int = 10

@@ -38,6 +38,7 @@ from pydantic_core import core_schema
 
 from correlators.attribution import BmcView
 from correlators.blast_radius import BlastRadius
+from correlators.clock import CellClock
 from correlators.findings import Finding
 from correlators.gpu_health import GpuHealth
 from correlators.incident_state import OpenIncident
@@ -135,7 +136,8 @@ class EngineState:
 
     __pydantic_config__ = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
-    clock: Instant | None = None  # event time: the newest event or fired timer
+    clock: Instant | None = None  # event time: the newest stamp within the reach of the vote (correlators/clock.py)
+    sources: CellClock = field(default_factory=CellClock)  # each source's watermark; the screen of skewed ones
     seen: SeenWindow = field(default_factory=SeenWindow)
     # --- who holds what, and what is out of service
     topology: Topology = field(default_factory=Topology)

@@ -152,7 +152,7 @@ class HardwareRules:
         once one of them could be overdue (one timer per node, not per GPU or per sample)."""
         s = self.state
         nv = s.nvml.get(node) or s.nvml_node(node)
-        nv.observe(idx, ts)
+        nv.observe(idx, ts, s.sources.stamp or ts)  # the node's cadence from its own stamps, even when screened
         if s.gate_watch:  # (the common case, no gate open, costs no call)
             hear(s, node, "nvml", ts, idx)
         cad = nv.cad

@@ -51,15 +51,18 @@ class LivenessRules:
         if not node:
             return
         s = self.state
+        # placed on the cell's clock: a heartbeat stamped ahead of it counts from when it arrived, so a node
+        # whose clock leads the cell's is judged silent no later than one in step (correlators/clock.py)
+        ts = e.ts if s.clock is None or e.ts <= s.clock else s.clock
         prev = s.heartbeat.get(node)
         if prev is None:
-            beat = s.heartbeat[node] = Heartbeat(e.ts)
+            beat = s.heartbeat[node] = Heartbeat(ts)
         else:
             beat = prev
-            if e.ts > prev.last:
-                beat.gaps.append((e.ts - prev.last).total_seconds())
-            if e.ts >= prev.last:
-                beat.last = e.ts
+            if ts > prev.last:
+                beat.gaps.append((ts - prev.last).total_seconds())
+            if ts >= prev.last:
+                beat.last = ts
         s.silent.pop(node, None)
         self.queue.cancel("judge", (node,))
         if s.gate_watch:

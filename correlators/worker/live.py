@@ -56,15 +56,27 @@ class LiveClock:
 
 
 def set_gauges(held: WorkerState) -> None:
-    """Open incidents by category and severity over every cell held; the newest event time."""
+    """Open incidents by category and severity over every cell held; the newest event time; the lines
+    screened for a wrong clock (correlators/clock.py), the worst skew, and the sources skewed now (the 20 worst)."""
     counts: dict[tuple[str, str], int] = {}
     newest: datetime | None = None
+    screened, worst = 0, 0.0
+    skews: dict[tuple[str, str], float] = {}
     for engine in held.engines():
+        screened += engine.state.sources.screened
+        if abs(engine.state.sources.worst_skew_s) > abs(worst):
+            worst = engine.state.sources.worst_skew_s
+        for key, skew in engine.state.sources.skewed():
+            node, _, source = key.rpartition("|")
+            skews[(node, source)] = skew
         for inc in engine.incidents.values():
             if inc.state not in ("resolved", "closed"):
                 counts[(inc.category, inc.severity)] = counts.get((inc.category, inc.severity), 0) + 1
         if engine.clock is not None and (newest is None or engine.clock > newest):
             newest = engine.clock
     m.set_incidents_open(counts)
+    m.CLOCK_SCREENED.set(screened)
+    m.CLOCK_WORST_SKEW.set(worst)
+    m.set_source_skews(dict(sorted(skews.items(), key=lambda kv: -abs(kv[1]))[:20]))
     if newest is not None:
         m.EVENT_TIME.labels("correlator").set(newest.timestamp())

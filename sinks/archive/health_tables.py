@@ -14,7 +14,7 @@ HEARTBEAT_COLUMNS = ["stage", "instance", "version", "dev_mode", "interval_s", "
 
 
 def heartbeat_statements(engine: str, settings: str) -> list[str]:
-    """The DDL of migration 9 (``engine`` and ``settings`` as every other archive table has them)."""
+    """The DDL of migration 10 (``engine`` and ``settings`` as every other archive table has them)."""
     return [f"""
     CREATE TABLE IF NOT EXISTS stage_heartbeats (
         stage LowCardinality(String),

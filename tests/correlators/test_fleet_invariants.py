@@ -196,6 +196,22 @@ if "FLEET_SEED" in os.environ:
         test_soak_every_fleet_keeps_the_invariants_that_hold)
 
 
+# The soak's find on the cell clock (#26, FLEET_SEED=20261203, 3,000 examples): NVML stamped 45 s ahead on both nodes
+# of a two-node fleet (the reach is 45 s at a 30 s heartbeat), an ECC GPU publishing on change beside XIDs. NVML's
+# cadence was learned from placed samples only, so it stayed unknown, and the gate passed n01's GPUs 1-3 with no NVML
+# sample since the failure. Now the cadence comes from the node's own stamps.
+_J = JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None)
+NVML_AHEAD = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=30.0, nvml=120.0, jobs=(_J, _J, _J), faults=(
+    FaultPlan(kind='xid', at=0.5, job=1, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='xid', at=0.5, job=1, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='xid', at=0.75, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='ecc', at=0.5, job=0, pick=0, code=0, late=None, dup=False)), skew=('nvml', 45.0))
+
+
+def test_the_gate_holds_with_nvml_ahead_on_every_node() -> None:
+    _keeps(NVML_AHEAD, "gate")
+
+
 # --- the invariants the engine breaks today: each with its shrunk counterexample -------------------------------
 def _failing(invariant: str) -> Any:
     cls, why = FAILING[invariant]
@@ -428,3 +444,20 @@ SOAK_FIND_BREACH = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=
 
 def test_the_soaks_find_a_breach_and_a_cancel_then_a_repeat_belongs_to_the_fence() -> None:
     _keeps(SOAK_FIND_BREACH, "explained")
+
+
+# The derandomised fleet's find on the cell clock (#26), no skew at all: n01's agent stops at 03:01:01, and with the
+# scheduler and the dead agent still counted live for two rounds of at least four voters' lines, n02 alone was
+# "outvoted" by its own dead neighbour: the clock froze at 03:01:01, n02's XID 79 was placed there, n02 was judged
+# silent and cordoned, and the restart ran before n01's SEL was fenced. A voter now dies once another has spoken
+# three times since it last did (correlators/clock.py).
+SURVIVOR = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=300.0, jobs=(
+    JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),), faults=(
+    FaultPlan(kind='xid_idle', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='xid_idle', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='node_down', at=0.125, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='ckpt_crash', at=0.5, job=0, pick=0, code=0, late=None, dup=False)), skew=None)
+
+
+def test_a_cell_whose_other_node_died_follows_the_survivors_clock() -> None:
+    assert violations(SURVIVOR, HOLDING) == []

@@ -67,3 +67,16 @@ def test_before_the_nodes_cadence_the_gate_waits_for_a_gpu_at_its_own_pace() -> 
     for g in range(4):
         nv.observe(g, at(300 + g))
     assert nv.cadence() is not None and nv.speaks_until(2, 2.5) == nv.overdue_at(2, 2.5)
+
+
+def test_a_node_whose_clock_stopped_keeps_the_cadence_its_samples_arrive_at() -> None:
+    """The node's clock stands still (its samples stamped milliseconds apart) while the cell places them a
+    cadence apart (:mod:`correlators.clock`): the cadence is the larger gap, never the stopped clock's
+    milliseconds, which made every GPU overdue between two samples and a power domain "lost together"."""
+    nv = NvmlNode()
+    for k in range(6):
+        for g in range(4):
+            stamp = at(30 * min(k, 2) + g + 0.001 * k)  # the node's own clock stops at its third sample
+            nv.observe(g, at(30 * k + g), own=stamp)
+    assert nv.cadence() == 30
+    assert nv.overdue_at(0, 2.5) == at(150 + 75)
