@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from test_invariants import POLICY, _Oracle, _restart_violations, _same_hardware_violations
 
@@ -82,10 +82,17 @@ class Watch(_Oracle):
     ckpt_errors: dict[str, list[tuple[datetime, str]]] = field(default_factory=dict)  # job -> failed writes
     ended: dict[str, str] = field(default_factory=dict)  # job -> how its run ended without failing, till it starts
     live: dict[str, bool] = field(default_factory=dict)  # job -> its latest run started and not ended (failed or not)
+    # the plan's skewed source and its offset: a save of a source the cell screens (off by more than the tolerance)
+    # is placed where its line arrived (correlators/clock.py), so the oracle times that save when it happened
+    skew: tuple[str, float] | None = None
 
     def see(self, e: ev.Event) -> None:
         super().see(e)
         b, node, job = e.body, e.node, e.job
+        if (isinstance(b, ev.CheckpointSaved) and job and self.skew and e.source == self.skew[0]
+                and abs(self.skew[1]) > POLICY.timing.clock_skew_tolerance_s and self.saved.get(job)):
+            step, path, ts = self.saved[job][-1]
+            self.saved[job][-1] = (step, path, ts - timedelta(seconds=self.skew[1]))
         if isinstance(b, ev.Inventory) and node:
             for g in b.gpus:
                 self.uuid[(node, g.index)] = g.uuid or ""
@@ -335,13 +342,15 @@ def _collated(decisions: list[Incident | Command]) -> str:
                               [d for d in decisions if isinstance(d, Command)]))
 
 
-def evaluate(lines: list[str], cut: float = 0.5, again: bool = True) -> dict[str, list[str]]:
+def evaluate(lines: list[str], cut: float = 0.5, again: bool = True,
+             skew: tuple[str, float] | None = None) -> dict[str, list[str]]:
     """Every invariant's violations over one capture: the worker's path (a partition state, one cell) judges it
     event by event beside the watcher, is snapshotted at ``cut`` (a fraction of the events) and a worker
-    restored from the snapshot judges the rest again; ``again``: the bytes also run a second time offline."""
+    restored from the snapshot judges the rest again; ``again``: the bytes also run a second time offline.
+    ``skew``: the source the plan skewed and by how much (:attr:`Watch.skew`)."""
     bad: dict[str, list[str]] = {k: [] for k in INVARIANTS}
     events = events_of(lines)
-    worker, w = _fresh(), Watch()
+    worker, w = _fresh(), Watch(skew=skew)
     at = max(1, int(len(events) * cut))
     blob, after = b"", 0
     decided: list[Incident | Command] = []

@@ -53,7 +53,7 @@ FAILING: dict[str, tuple[int | str, str]] = {}
 
 
 def violations(plan: FleetPlan, which: tuple[str, ...]) -> list[str]:
-    bad = evaluate(build(plan).lines(), again=False)
+    bad = evaluate(build(plan).lines(), again=False, skew=plan.skew)
     return [f"{k}: {why}" for k in which for why in bad.get(k, [])]
 
 
@@ -461,3 +461,18 @@ SURVIVOR = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nv
 
 def test_a_cell_whose_other_node_died_follows_the_survivors_clock() -> None:
     assert violations(SURVIVOR, HOLDING) == []
+
+
+# The soak's find on the cell clock (FLEET_SEED=20261209, 4,000 examples), the oracle's misreading: every trainer
+# 45 s ahead (past the tolerance, so the cell screens them); job0 saves step 40 at 03:06:14.0, 0.4 s before the XID
+# 79 that fails it, stamped 03:06:59. The engine placed the save where it arrived, before the failure, and
+# restarted from it; the oracle took the stamp and called it a save after the failure. It now times a screened
+# source's saves when they happened (fleet_checks.Watch.skew).
+_J90 = JobPlan(nodes=1, half=False, elastic=None, every=90.0, interval=300.0, local=False, resume=None)
+TRAINER_AHEAD = FleetPlan(nodes=2, gpus=4, rack=4, duration=1200.0, heartbeat=60.0, nvml=120.0, jobs=(
+    _J90, _J, _J), faults=(FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),) * 3 + (
+    FaultPlan(kind='xid', at=0.312, job=0, pick=0, code=0, late=None, dup=False),), skew=('trainer', 45.0))
+
+
+def test_a_save_of_a_trainer_ahead_of_the_cell_is_timed_when_it_happened() -> None:
+    assert violations(TRAINER_AHEAD, HOLDING) == []
