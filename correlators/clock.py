@@ -59,6 +59,7 @@ byte as the engine it replaces.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -107,6 +108,7 @@ class CellClock:
     voter_lines: int = 0  # times voters (and global sources) spoke: the voters' own count of turns
     passed: int = 0  # the newest turn after which some voter spoke PASSES times: a voter not heard since is dead
     agents: bool = False  # a node agent was heard: from then on, only agents vote among the nodes' sources
+    voters: list[str] = field(default_factory=list)  # the keys of the sources that vote, as first heard
     vote: Instant | None = None  # the voters' time, recomputed every voters // RECOMPUTE_PER arrivals
     cadence_s: float = 0.0  # the voters' cadence (lower median of their last gaps)
     screened: int = 0  # lines screened in this cell
@@ -132,11 +134,12 @@ class CellClock:
         self.arrivals += 1
         self.tolerance_s, self.stamp = tolerance_s, ts
         tol = timedelta(seconds=tolerance_s)
+        reach = self.reach(tolerance_s)
         if key is not None:
-            self._heard(key, ts, self.reach(tolerance_s))
+            self._heard(key, ts, reach)
         src = None if key is None else self.sources[key]
         was = 0.0 if src is None or src.last_screened != src.heard_before or not src.heard_before else src.skew_s
-        vote = self._voted(self.reach(tolerance_s))
+        vote = self._voted(reach)
         reach = self.reach(tolerance_s)  # the vote may have learned the cadence
         ahead = tol * LEAD if was > 0 else reach
         if vote is not None and ts > vote + ahead:  # ahead of the vote by more than the reach: it moves nothing
@@ -162,6 +165,8 @@ class CellClock:
         if src is None:
             src = self.sources[key] = SourceMark(ts, self.arrivals)
             self.vote = None  # a new source: vote now
+            if self._votes(key):
+                self.voters.append(key)
         elif ts > src.mark:
             src.gap_s = (ts - src.mark).total_seconds()
             src.mark = ts
@@ -202,26 +207,25 @@ class CellClock:
         """Whether a source votes: a node's agent, or its NVML in a cell where no agent was ever heard; or a
         global source (the scheduler: a clock domain of its own)."""
         kind = key.partition("|")[2]
-        if kind == "node_agent":
-            self.agents = True
+        if kind == "node_agent" and not self.agents:
+            self.agents = True  # from now on NVML votes no more
+            self.voters = [k for k in self.voters if not k.endswith("|nvml")]
         return not kind or kind == "node_agent" or (kind == "nvml" and not self.agents)
 
     def _vote(self, reach: timedelta) -> datetime | None:
-        voters = [(k, v) for k, v in self.sources.items() if self._votes(k)]
-        live = [(k, v) for k, v in voters if v.spoke >= self.passed]  # a dead voter drops out, a rogue does not
-        marks = [v for k, v in live if "|" in k]
-        if not marks:
+        live = [v for k in self.voters if (v := self.sources[k]).spoke >= self.passed]  # a dead voter drops out
+        gaps = sorted(v.gap_s for k in self.voters if "|" in k and (v := self.sources[k]).spoke >= self.passed)
+        if not gaps:
             return None  # no voter live: nothing times out on silence here, the newest stamp is the clock
-        gaps = sorted(v.gap_s for v in marks)  # 0 while unknown: the cadence is known once most voters show one
         self.cadence_s = gaps[(len(gaps) - 1) // 2]  # the lower median: one voter's jump is not a cadence
-        top = sorted((v for _, v in live), key=lambda v: v.mark, reverse=True)
-        if len(top) < QUORUM:
+        top = heapq.nlargest(2, live, key=lambda v: v.mark)
+        if len(live) < QUORUM:
             return top[0].mark
-        first, second = top[0], top[1]
+        first, second = top
+        was = first.outvoted
+        for v in live:
+            v.outvoted = False
         # outvoted once, a domain stays so until within half the tolerance: one hovering at the reach must not
         # move the vote back and forth (every line of it would then be judged by two clocks in turn)
-        first.outvoted = first.mark - second.mark > (LEAD * timedelta(seconds=self.tolerance_s)
-                                                     if first.outvoted else reach)
-        for v in top[1:]:
-            v.outvoted = False
+        first.outvoted = first.mark - second.mark > (LEAD * timedelta(seconds=self.tolerance_s) if was else reach)
         return second.mark if first.outvoted else first.mark  # the second newest is corroborated by the newest
