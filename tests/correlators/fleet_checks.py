@@ -82,17 +82,15 @@ class Watch(_Oracle):
     ckpt_errors: dict[str, list[tuple[datetime, str]]] = field(default_factory=dict)  # job -> failed writes
     ended: dict[str, str] = field(default_factory=dict)  # job -> how its run ended without failing, till it starts
     live: dict[str, bool] = field(default_factory=dict)  # job -> its latest run started and not ended (failed or not)
-    # the plan's skewed source and its offset: a save of a source the cell screens (off by more than the tolerance)
-    # is placed where its line arrived (correlators/clock.py), so the oracle times that save when it happened
+    # the plan's skewed source and its offset: a save of that source is also known by when it happened
+    # (_Oracle.true_saved), and a restart from one that happened before the failure is safe whatever its stamp
     skew: tuple[str, float] | None = None
 
     def see(self, e: ev.Event) -> None:
         super().see(e)
         b, node, job = e.body, e.node, e.job
-        if (isinstance(b, ev.CheckpointSaved) and job and self.skew and e.source == self.skew[0]
-                and abs(self.skew[1]) > POLICY.timing.clock_skew_tolerance_s and self.saved.get(job)):
-            step, path, ts = self.saved[job][-1]
-            self.saved[job][-1] = (step, path, ts - timedelta(seconds=self.skew[1]))
+        if isinstance(b, ev.CheckpointSaved) and job and self.skew and e.source == self.skew[0]:
+            self.true_saved[(job, b.step, b.path)] = e.ts - timedelta(seconds=self.skew[1])
         if isinstance(b, ev.Inventory) and node:
             for g in b.gpus:
                 self.uuid[(node, g.index)] = g.uuid or ""

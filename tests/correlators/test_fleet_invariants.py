@@ -463,11 +463,13 @@ def test_a_cell_whose_other_node_died_follows_the_survivors_clock() -> None:
     assert violations(SURVIVOR, HOLDING) == []
 
 
-# The soak's find on the cell clock (FLEET_SEED=20261209, 4,000 examples), the oracle's misreading: every trainer
-# 45 s ahead (past the tolerance, so the cell screens them); job0 saves step 40 at 03:06:14.0, 0.4 s before the XID
-# 79 that fails it, stamped 03:06:59. The engine placed the save where it arrived, before the failure, and
-# restarted from it; the oracle took the stamp and called it a save after the failure. It now times a screened
-# source's saves when they happened (fleet_checks.Watch.skew).
+# The soaks' finds on the cell clock, every trainer 45 s ahead. FLEET_SEED=20261209 (4,000 examples): job0 saves step
+# 40 at 03:06:14.0, 0.4 s before the XID 79 that fails it, stamped 03:06:59 and arriving before the XID. The engine
+# restarted from it, which is safe; the oracle read the stamp and called it a save after the failure. It now judges
+# a save's safety by when it happened (_Oracle.true_saved), and still asks only for the newest save whose stamp is
+# before the failure: FLEET_SEED=20261210 (4,000): job2's step 480, saved 11.8 s before its XID and stamped 33 s
+# after it, is not demanded of an engine that cannot know the trainer's clock is wrong (45 s is within the reach at
+# a 120 s heartbeat, so the cell does not screen it), and the restart from 360 stands.
 _J90 = JobPlan(nodes=1, half=False, elastic=None, every=90.0, interval=300.0, local=False, resume=None)
 TRAINER_AHEAD = FleetPlan(nodes=2, gpus=4, rack=4, duration=1200.0, heartbeat=60.0, nvml=120.0, jobs=(
     _J90, _J, _J), faults=(FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),) * 3 + (
@@ -476,3 +478,13 @@ TRAINER_AHEAD = FleetPlan(nodes=2, gpus=4, rack=4, duration=1200.0, heartbeat=60
 
 def test_a_save_of_a_trainer_ahead_of_the_cell_is_timed_when_it_happened() -> None:
     assert violations(TRAINER_AHEAD, HOLDING) == []
+
+
+_J120 = JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=120.0, local=False, resume=None)
+TRAINER_AHEAD_NEWER = FleetPlan(nodes=12, gpus=4, rack=4, duration=900.0, heartbeat=120.0, nvml=120.0, jobs=(
+    _J, _J, _J120), faults=(FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),) * 3 + (
+    FaultPlan(kind='xid', at=0.562, job=2, pick=0, code=0, late=None, dup=False),), skew=('trainer', 45.0))
+
+
+def test_a_save_stamped_after_the_failure_is_not_demanded_of_the_restart() -> None:
+    assert violations(TRAINER_AHEAD_NEWER, HOLDING) == []

@@ -345,6 +345,8 @@ class _Oracle:
     hardware_at: dict[str, list[datetime]] = field(default_factory=dict)
     xids: list[tuple[str, str, int]] = field(default_factory=list)  # (job, node, GPU index) of fatal XIDs
     saved: dict[str, list[tuple[int, str | None, datetime]]] = field(default_factory=dict)
+    # (job, step, path) -> when a save of a source whose clock the capture skewed really happened
+    true_saved: dict[tuple[str, int, str | None], datetime] = field(default_factory=dict)
     # job -> (step, path, when, the run that loaded it): a checkpoint a run loaded is a restart point (#25 class 7)
     loads: dict[str, list[tuple[int, str | None, datetime, _Run]]] = field(default_factory=dict)
     failed: dict[str, dict[int, datetime]] = field(default_factory=dict)  # job -> step -> its newest failed write
@@ -479,7 +481,9 @@ def _restart_violations(o: _Oracle, cmd: Command, gpu_id: Any) -> list[str]:
 
 
 def _checkpoint_violations(o: _Oracle, job: str, step: int, path: str | None, f_at: datetime) -> list[str]:
-    saves = [t for s, p, t in o.saved.get(job, []) if s == step and (path is None or p == path)]
+    # a save is judged when it happened: its stamp, or its true time where the capture skewed its source's clock
+    saves = [o.true_saved.get((job, s, p), t) for s, p, t in o.saved.get(job, [])
+             if s == step and (path is None or p == path)]
     # A checkpoint a run loaded without error exists and is valid (issue #25 class 7): a restart point like a save.
     saves += [t for s, p, t, run in o.loads.get(job, []) if s == step and (path is None or p is None or p == path)
               and not run.load_error]
