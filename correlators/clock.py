@@ -71,7 +71,7 @@ MIN_LIVE = 32  # arrivals a source counts as screened lately, at least...
 LIVE_PER_VOTER = 4  # ...or this many per source known
 PASSES = 3  # a voter is dead once another voter has spoken this many times since it last spoke
 BURST = timedelta(seconds=0.5)  # lines of a voter stamped this close to its last turn are that turn (NVML's GPUs)
-RECOMPUTE_PER = 16  # the vote is recomputed every voters // this arrivals
+RECOMPUTE_PER = 16  # the vote is recomputed every sources // this arrivals
 LEAD = 0.5  # the reach is the voters' cadence plus this share of the tolerance (and never under the tolerance)
 QUORUM = 3  # live clock domains needed before a lone newest one is outvoted
 COLD = 6  # until the voters' cadence is known, it is taken as this many tolerances (3 minutes at 30 s)
@@ -89,7 +89,7 @@ class SourceMark:
     mark: Instant
     heard: int = 0
     heard_before: int = 0  # the arrival of its line before (was that one screened?)
-    spoke: int = 0  # a voter's: the number of voters' lines when it last spoke
+    spoke: int = 0  # a voter's: the turn (CellClock.voter_lines) it last spoke at
     said: Instant | None = None  # a voter's: its stamp when it last spoke (a burst of one moment speaks once)
     recent: list[int] = field(default_factory=list)  # a voter's: ``spoke`` of its last PASSES times
     gap_s: float = 0.0  # between its last two marks: a voter's cadence
@@ -109,7 +109,7 @@ class CellClock:
     passed: int = 0  # the newest turn after which some voter spoke PASSES times: a voter not heard since is dead
     agents: bool = False  # a node agent was heard: from then on, only agents vote among the nodes' sources
     voters: list[str] = field(default_factory=list)  # the keys of the sources that vote, as first heard
-    vote: Instant | None = None  # the voters' time, recomputed every voters // RECOMPUTE_PER arrivals
+    vote: Instant | None = None  # the voters' time, recomputed every sources // RECOMPUTE_PER arrivals
     cadence_s: float = 0.0  # the voters' cadence (lower median of their last gaps)
     screened: int = 0  # lines screened in this cell
     stamp: Instant | None = None  # the stamp of the line being judged, as its source wrote it (screened or not)
