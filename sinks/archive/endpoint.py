@@ -10,7 +10,24 @@ through an ordinary clickhouse-connect HTTP client: the code path of a ClickHous
 They find the owner by its endpoint file in the data directory (:mod:`.endpoint_file`): its
 process id, port and a random token, the file readable by the owner's user only. Every request must present that
 token (HTTP basic auth, the password), because any local user can reach a loopback port; a
-request without it is refused before any SQL runs.
+request without it is refused before any SQL runs. ``faultline sink run`` may instead serve at a
+fixed port with a password from a file, for Grafana (:mod:`.endpoint_listen`).
+
+Grafana's ClickHouse data source (grafana/clickhouse-datasource v4, ``protocol: http``) reads it
+through clickhouse-go v2's HTTP transport, which sends (``conn_http.go``, ``conn_http_query.go``
+of ClickHouse/clickhouse-go; ``pkg/plugin/driver.go`` of the plugin): ``POST /`` (the data
+source's path, none by default) with ``database=<default database>&default_format=Native`` and
+the data source's custom settings in the URL, the SQL as the body (Content-Length), HTTP basic
+auth from the URL (``X-ClickHouse-User``/``-Key`` only over TLS), ``Accept-Encoding: gzip`` (the
+plugin picks gzip for HTTP; an answer is decompressed only if its ``Content-Encoding`` says gzip,
+and the driver does not set ``enable_http_compression``) and a ``User-Agent`` naming itself and
+Grafana. On connect it asks ``SELECT timezone()`` and ``SELECT version()``; its ping (connect and
+the data source's health check) is ``SELECT 1``, which must answer one column named ``1``; every
+answer is read as Native (an empty body: no rows). The plugin expands its macros before sending
+(``pkg/macros/macros.go``): ``$__timeFilter(c)`` is ``c >= toDateTime(<from s>) AND c <=
+toDateTime(<to s>)``, ``$__fromTime``/``$__toTime`` ``toDateTime(<s>)``, the ``_ms`` forms
+``fromUnixTimestamp64Milli(<ms>)``, ``$__timeInterval(c)`` ``toStartOfInterval(toDateTime(c),
+INTERVAL <s> second)``, ``$__interval_s`` the interval's seconds (at least 1).
 
 What is served, per request (``POST /``; ``GET /ping`` answers ``Ok.``):
 
@@ -22,8 +39,10 @@ What is served, per request (``POST /``; ``GET /ping`` answers ``Ok.``):
   leaks into the next;
 * ``INSERT ... FORMAT X`` followed by data is written to a private temporary file and
   inserted with ``INSERT ... FROM INFILE`` (chunked request bodies included);
-* a statement ending in ``FORMAT X`` answers in X; any other answers TabSeparated, with
-  ``X-ClickHouse-Format`` set when it produced a result set (as a server does);
+* a statement ending in ``FORMAT X`` answers in X, else in ``default_format``, else
+  TabSeparated, with ``X-ClickHouse-Format`` set when it produced a result set (as a server does);
+* the answer is compressed as a server compresses it (:func:`.endpoint_body.encoded`: gzip or
+  deflate, only with ``enable_http_compression=1``); ``compress=1`` (block compression) is refused;
 * a ClickHouse error answers 500 with ``X-ClickHouse-Exception-Code`` and the message;
 * ``GET /faultline-identity?nonce=N`` answers an HMAC of N under the token: a client checks it
   before it trusts the port, so a process that took the port of a dead owner is not served the
@@ -41,24 +60,22 @@ in) is closed.
 from __future__ import annotations
 
 import base64
-import gzip
 import hmac
-import importlib
 import logging
 import os
 import re
 import secrets
 import tempfile
 import threading
-import zlib
-from email.parser import BytesParser
-from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from sinks.archive.endpoint_body import ClickHouseError as _ClickHouseError
+from sinks.archive.endpoint_body import decoded, encoded, form_fields
 from sinks.archive.endpoint_file import IDENTITY_PATH, EndpointFile, identity_proof
+from sinks.archive.endpoint_listen import Listen, configured
 
 __all__ = ["ArchiveEndpoint"]
 
@@ -79,12 +96,6 @@ _TRAILING_FORMAT = re.compile(r"\bFORMAT\s+(\w+)\s*;?\s*$", re.IGNORECASE)
 _ERROR_CODE = re.compile(r"Code: (\d+)\.")
 
 
-class _ClickHouseError(Exception):
-    def __init__(self, message: str, code: int = 1002, status: int = 500) -> None:
-        super().__init__(message)
-        self.code, self.status = code, status
-
-
 class _Session:
     """The endpoint's own chDB connection, with the database and settings it has applied."""
 
@@ -95,6 +106,8 @@ class _Session:
         self._lock = threading.Lock()
         self._database = "default"
         self._settings: dict[str, str] = {}
+        #: What ``SELECT timezone()`` answers (clickhouse-go reads it at connect), for X-ClickHouse-Timezone.
+        self.timezone = self._run("SELECT timezone()", "TabSeparated").decode().strip() or "UTC"
 
     def close(self) -> None:
         with self._lock:
@@ -206,7 +219,7 @@ class _Handler(BaseHTTPRequestHandler):
             fields = dict(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
             content_type = self.headers.get("Content-Type", "")
             if content_type.startswith("multipart/form-data"):
-                fields.update(_form_fields(content_type, body))
+                fields.update(form_fields(content_type, body))
                 body = b""
             query = fields.pop("query", "").encode()
             if query and body:
@@ -214,6 +227,10 @@ class _Handler(BaseHTTPRequestHandler):
             query += body
             if not query.strip():
                 raise _ClickHouseError("empty query", code=62, status=400)
+            if fields.get("compress", "0").strip() not in ("", "0"):
+                raise _ClickHouseError("compress=1 (ClickHouse's block compression of Native) is not served here: "
+                                       "ask for gzip (Accept-Encoding with enable_http_compression=1) or none",
+                                       code=1002, status=400)
             params = {k[len("param_"):]: v for k, v in fields.items() if k.startswith("param_")}
             settings = {k: v for k, v in fields.items() if k not in _TRANSPORT and not k.startswith("param_")}
             bad = [k for k in settings if not _SETTING_NAME.match(k)]
@@ -227,9 +244,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(exc.status, f"{exc}\n".encode(),
                         {"X-ClickHouse-Exception-Code": str(exc.code), "Connection": "close"})
             return
-        headers = {"X-ClickHouse-Summary": "{}", "X-ClickHouse-Timezone": "UTC"}
+        headers = {"X-ClickHouse-Summary": "{}", "X-ClickHouse-Timezone": self.server.session.timezone}
         if fmt is not None:
             headers["X-ClickHouse-Format"] = fmt
+        data, encoding = encoded(data, self.headers.get("Accept-Encoding", ""), fields.get("enable_http_compression"))
+        if encoding is not None:
+            headers["Content-Encoding"] = encoding
         self._reply(200, data, headers)
 
     def _authenticate(self) -> None:
@@ -253,7 +273,7 @@ class _Handler(BaseHTTPRequestHandler):
             if length > _MAX_BODY:
                 raise _ClickHouseError(f"request body of {length} bytes is over {_MAX_BODY}", code=1002, status=413)
             body = self.rfile.read(length) if length else b""
-        return _decoded(body, self.headers.get("Content-Encoding", "").strip().lower())
+        return decoded(body, self.headers.get("Content-Encoding", "").strip().lower())
 
     def _chunked(self) -> bytes:
         parts: list[bytes] = []
@@ -284,60 +304,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def _decoded(body: bytes, encoding: str) -> bytes:
-    """A request body as sent with ``Content-Encoding`` (clickhouse-connect compresses inserts)."""
-    try:
-        if encoding in ("", "identity"):
-            return body
-        if encoding == "gzip":
-            return gzip.decompress(body)
-        if encoding == "deflate":
-            return zlib.decompress(body)
-        if encoding == "lz4":
-            import lz4.frame  # clickhouse-connect's own dependency
-
-            return bytes(lz4.frame.decompress(body))
-        if encoding == "zstd":
-            zstd = _zstd()
-            if zstd is not None:
-                return bytes(zstd.decompress(body))
-    except (OSError, ValueError, RuntimeError, zlib.error) as exc:
-        raise _ClickHouseError(f"the {encoding} request body does not decompress: {exc}", code=1002,
-                               status=400) from None
-    raise _ClickHouseError(f"request bodies in {encoding!r} are not served: send identity, gzip, deflate, lz4 or zstd",
-                           code=1002, status=415)
-
-
-def _zstd() -> Any:
-    """The zstd module clickhouse-connect compresses with where it has one (Python 3.14's, or the backport)."""
-    for name in ("compression.zstd", "backports.zstd"):
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    return None
-
-
-def _form_fields(content_type: str, body: bytes) -> dict[str, str]:
-    """The text fields of a ``multipart/form-data`` body (clickhouse-connect sends long binds so)."""
-    message = BytesParser(policy=HTTP).parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + body)
-    fields: dict[str, str] = {}
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        payload = part.get_payload(decode=True)
-        if isinstance(name, str) and isinstance(payload, bytes):
-            fields[name] = payload.decode()
-    return fields
-
-
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = False
     block_on_close = False
 
-    def __init__(self, session: _Session, token: str, max_connections: int = MAX_CONNECTIONS,
+    def __init__(self, session: _Session, token: str, port: int = 0, max_connections: int = MAX_CONNECTIONS,
                  idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        # A fixed port is bound again at once after its previous owner stopped (its closed connections
+        # linger in TIME_WAIT); on Linux this never lets two servers listen on one port.
+        self.allow_reuse_address = port != 0
+        super().__init__(("127.0.0.1", port), _Handler)
         self.session = session
         self.token = token
         self.idle_timeout_s = idle_timeout_s
@@ -365,10 +342,17 @@ class _Server(ThreadingHTTPServer):
 class ArchiveEndpoint:
     """Serve the chDB directory this process owns on loopback, and say where in its endpoint file."""
 
-    def __init__(self, data_dir: str, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+    def __init__(self, data_dir: str, idle_timeout_s: float = IDLE_TIMEOUT_S, listen: Listen | None = None) -> None:
+        listen = listen or configured()  # the sink's fixed port and password, if it set them (.endpoint_listen)
         self.data_dir = data_dir
         self._session = _Session(data_dir)
-        self._server = _Server(self._session, secrets.token_urlsafe(32), idle_timeout_s=idle_timeout_s)
+        try:
+            self._server = _Server(self._session, listen.password or secrets.token_urlsafe(32), port=listen.port,
+                                   idle_timeout_s=idle_timeout_s)
+        except OSError as exc:
+            self._session.close()
+            raise OSError(exc.errno, f"the archive endpoint cannot listen on 127.0.0.1:{listen.port} "
+                                     f"(FAULTLINE_ARCHIVE_ENDPOINT_PORT): {exc.strerror}") from exc
         self.file = EndpointFile(path=data_dir, pid=os.getpid(), port=self._server.server_address[1],
                                  token=self._server.token)
         self._thread = threading.Thread(target=self._server.serve_forever, name="archive-endpoint", daemon=True)
