@@ -79,6 +79,12 @@ class Settings(BaseSettings):
     archive: str | None = Field(
         None, repr=False, description="ClickHouse: chdb:///path (embedded) or http(s)://user:password@host:8123. "
         "Unset: <data_dir>/archive. Shown masked (archive_shown): it may carry a password.")
+    archive_endpoint_port: int = Field(
+        0, ge=0, le=65535, description="Sink, embedded archive: serve it to other processes (and Grafana) on this "
+        "loopback port (0: a random one, in the directory's endpoint file).")
+    archive_endpoint_password_file: Path | None = Field(
+        None, description="Sink, embedded archive: the endpoint's password, from this file (one line, 16+ characters, "
+        "not readable by other users). Unset: a random token (sinks/archive/endpoint_listen.py).")
     policy: Path | None = Field(None, description="Correlator policy YAML merged over the defaults.")
     kafka_security_protocol: str = Field(
         "PLAINTEXT", description="PLAINTEXT, SASL_PLAINTEXT, SASL_SSL or SSL (TLS: verified against the system CAs, "
@@ -193,7 +199,7 @@ class Settings(BaseSettings):
             raise ValueError(f"cluster name {v!r} must be 1-128 characters of letters, digits, '.', '_' or '-'") \
                 from None
 
-    @field_validator("kafka", "archive", "policy", "kafka_sasl_mechanism", "kafka_ssl_ca_file",
+    @field_validator("kafka", "archive", "archive_endpoint_password_file", "policy", "kafka_sasl_mechanism", "kafka_ssl_ca_file",
                      "kafka_ssl_cert_file", "kafka_ssl_key_file", "metrics_address", "schema_registry",
                      mode="before")
     @classmethod

@@ -114,8 +114,14 @@ def _serve_metrics(settings: Settings) -> None:
 def _sink(args: argparse.Namespace, settings: Settings) -> int:
     from common.heap import tune_for_streaming
     from faultline.preflight import ensure_broker, open_archive
+    from sinks.archive.endpoint_listen import configure, listen_for
     from sinks.archive_sink import ArchiveSink
 
+    try:  # the embedded archive's fixed port and password for Grafana, if set; a bad password file stops here
+        configure(listen_for(settings.archive_endpoint_port, settings.archive_endpoint_password_file))
+    except ValueError as exc:
+        print(f"faultline sink: {exc}", file=sys.stderr)
+        return 1
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     bootstrap = ensure_broker(settings)
