@@ -9,15 +9,10 @@ from __future__ import annotations
 
 import base64
 import os
-import selectors
-import signal
 import stat
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -25,65 +20,14 @@ import pytest
 import urllib3
 from clickhouse_connect.driver.exceptions import DatabaseError
 
-from common.settings import REPO_ROOT
 from faultline.operator_views import incident_data, status_data
 from sinks.archive.connection import ArchiveBusy
 from sinks.archive.endpoint_file import ENDPOINT_FILE, EndpointFile
 from sinks.archive.store import Archive
 from sinks.report import build_report
 
+from .owner_process import owner
 from .records import sample_records
-
-
-class Owner:
-    """The owner process; ``stop()`` closes its standard input, ``kill()`` SIGKILLs it."""
-
-    def __init__(self, url: str, bare: bool = False) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.sinks.archive_owner", url,
-                                      *(["--bare"] if bare else [])],
-                                     cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-        self.role = self._line("ready", 60).split()[-1]
-
-    def _line(self, prefix: str, timeout: float) -> str:
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        seen: list[str] = []
-        with selectors.DefaultSelector() as sel:  # not select(): it refuses descriptors past 1023
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            return self._wait_line(sel, prefix, deadline, seen)
-
-    def _wait_line(self, sel: selectors.BaseSelector, prefix: str, deadline: float, seen: list[str]) -> str:
-        assert self.proc.stdout is not None
-        while time.monotonic() < deadline:
-            if sel.select(0.5):
-                line = self.proc.stdout.readline().decode(errors="replace")
-                if not line:
-                    break
-                seen.append(line)
-                if line.startswith(prefix):
-                    return line.strip()
-        raise AssertionError(f"the owner did not say {prefix!r}; it said:\n{''.join(seen)}")
-
-    def stop(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self._line("closed", 60)
-        assert self.proc.wait(30) == 0
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-
-@contextmanager
-def owner(url: str, bare: bool = False) -> Iterator[Owner]:
-    o = Owner(url, bare)
-    try:
-        yield o
-    finally:
-        if o.proc.poll() is None:
-            o.kill()
 
 
 @pytest.fixture
