@@ -351,8 +351,8 @@ class ArchiveEndpoint:
                                    idle_timeout_s=idle_timeout_s)
         except OSError as exc:
             self._session.close()
-            raise OSError(exc.errno, f"the archive endpoint cannot listen on 127.0.0.1:{listen.port} "
-                                     f"(FAULTLINE_ARCHIVE_ENDPOINT_PORT): {exc.strerror}") from exc
+            raise OSError(exc.errno, f"the archive endpoint cannot listen on 127.0.0.1:{listen.port}, "
+                                     f"FAULTLINE_ARCHIVE_ENDPOINT_PORT: {exc.strerror}") from exc
         self.file = EndpointFile(path=data_dir, pid=os.getpid(), port=self._server.server_address[1],
                                  token=self._server.token)
         self._thread = threading.Thread(target=self._server.serve_forever, name="archive-endpoint", daemon=True)
