@@ -220,15 +220,23 @@ def test_answers_are_compressed_only_as_a_server_compresses_them(served: Served)
     assert refused.status == 400 and b"compress=1" in refused.body
 
 
+def _renamed(records: list[Any]) -> list[Any]:
+    """The records with job ``j1`` named :data:`SECOND_JOB` wherever it appears."""
+    return [type(r).model_validate_json(r.model_dump_json().replace('"j1"', f'"{SECOND_JOB}"')) for r in records]
+
+
 @pytest.fixture
 def namespaces(served: Served) -> dict[str, str]:
-    """The live namespace (the owner's sample) and a second one holding the sample's events under another job:
-    namespace -> its database."""
+    """The live namespace (the owner's sample) and a second one holding the sample under another job, without
+    its dead letters: namespace -> its database."""
+    s = sample_records()
     with Archive.open(served.url) as live:
         second = f"{live.namespace}.grafana-second"
         with Archive.open(served.url, second, live=live.namespace) as other:
-            events = [e.model_copy(update={"job": SECOND_JOB}) if e.job else e for e in sample_records().events]
-            other.write_events(events)
+            other.write_events(_renamed(s.events))
+            other.write_incidents(_renamed(s.incidents))
+            other.write_commands(_renamed(s.commands))
+            other.write_results(_renamed(s.results))
             return {live.namespace: live.database, second: other.database}
 
 
@@ -262,6 +270,9 @@ def test_every_dashboard_query_answers_the_plugin_for_each_namespace(served: Ser
     assert any(shown[(live, i)] for i in namespaced) and any(shown[(second, i)] for i in namespaced)
     assert any(shown[(live, i)] != shown[(second, i)] for i in namespaced)  # the variable picks the rows
     assert not any("'j1'" in row for i in namespaced for row in shown[(second, i)])
+    assert not any(f"'{SECOND_JOB}'" in row for i in namespaced for row in shown[(live, i)])
+    timeline = [q.id for q in QUERIES if q.dashboard == "faultline-incident-timeline" and q.expected["rows"]]
+    assert timeline and all(shown[(second, i)] for i in timeline)  # its job's story, from its own database
 
 
 @pytest.mark.parametrize("how", ["missing", "wrong basic", "wrong key", "empty"])
