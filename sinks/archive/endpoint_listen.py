@@ -6,7 +6,9 @@ that file. A Grafana data source is configured once, so it needs an address and 
 outlive the owner: ``faultline sink run`` (the owner, normally) serves at
 ``FAULTLINE_ARCHIVE_ENDPOINT_PORT`` with the password in ``FAULTLINE_ARCHIVE_ENDPOINT_PASSWORD_FILE``
 when they are set (:func:`listen_for`, then :func:`configure`). Still on loopback only: Grafana
-runs on the archive's host (host network), and no request runs SQL without the password.
+runs on the archive's host (host network), and no request runs SQL without the password. (What a
+fixed port gives up: while no owner holds it, another local user may listen there and receive the
+password a client sends; the random default has no such address to squat. OPERATIONS.md says so.)
 
 Fail closed: a password file that cannot be read, is empty, is shorter than
 :data:`MIN_PASSWORD_CHARS`, or that other users may read or write (its mode gives "others" any
