@@ -26,6 +26,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from common.redact import mask_url
 from common.secret_files import SecretFiles, secret_fields
 from streams.cells import DEFAULT_CELL, check_cell
+from streams.health import HEARTBEAT_EVERY_S
 from streams.signing import SigningKeys
 
 __all__ = ["Settings", "REPO_ROOT", "MissingKeys", "Stage", "default_data_dir", "describe_settings_error"]
@@ -111,6 +112,9 @@ class Settings(BaseSettings):
     live_clock: bool = Field(
         False, description="Worker: also advance event time with the wall clock (live, not replay), so "
         "debounce and settle windows close without waiting for the next event.")
+    heartbeat_interval_s: float = Field(
+        HEARTBEAT_EVERY_S, gt=0, description="Every stage: seconds between its own heartbeats; `faultline status` "
+        "shows a stage down once silent for three of them (streams/health.py).")
     metrics_port: int = Field(
         0, description="Serve Prometheus metrics on this port (0: off). Deployments use 9464 agent, "
         "9465 correlator, 9466 sink, 9467 executor (deploy/prometheus/prometheus.yml).")

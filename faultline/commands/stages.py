@@ -76,6 +76,7 @@ def _heartbeat(settings: Settings, conf: dict[str, Any] | None, stage: StageKind
 
     return HeartbeatPublisher(conf, namespace or settings.namespace, stage, version=__version__,
                               dev_mode=settings.dev_mode, instance=instance or default_instance(),
+                              interval_s=settings.heartbeat_interval_s,
                               lag=(lambda: metrics.stage_lag(lag_of)) if lag_of else (lambda: None))
 
 

@@ -28,7 +28,8 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -44,13 +45,16 @@ from common.redact import mask_url
 from sinks.archive.endpoint import ArchiveEndpoint
 from sinks.archive.endpoint_file import ENDPOINT_USER, IDENTITY_PATH, EndpointFile, identity_proof
 
-__all__ = ["ArchiveBusy", "Connection", "acquire", "call", "normalise", "owner_gone", "release"]
+__all__ = ["SCHEMA_LOCK", "ArchiveBusy", "Connection", "acquire", "call", "normalise", "owner_gone", "release",
+           "schema_lock"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_WAIT_S = 30.0
 """How long :func:`acquire` waits for a chDB directory's owner to serve it (or to let go)."""
 _POLL_S = 0.1
+SCHEMA_LOCK = "faultline-schema.lock"
+"""The file in a chDB directory whose flock a process holds while it changes the schema (:func:`schema_lock`)."""
 _T = TypeVar("_T")
 
 
@@ -174,6 +178,42 @@ def call(conn: Connection, database: str, work: Callable[[Client], _T]) -> _T:
             conn.reconnect()
             conn.client.database = database
             return work(conn.client)
+
+
+@contextmanager
+def schema_lock(conn: Connection, wait_s: float = DEFAULT_WAIT_S) -> Iterator[None]:
+    """While held, no other process changes the schema of ``conn``'s chDB directory (nothing to hold for a server).
+
+    Every process that opens an archive migrates it; the owner through its own client, the others through
+    its endpoint, which runs their statements beside the owner's. Two of them migrating at once interleave
+    their DDL: one's ``CREATE OR REPLACE VIEW incident_facts`` takes the view away while the other creates
+    a view that reads it, and the sink that was starting exits ("Unknown table expression identifier").
+    Take it outside :func:`call` (the owner serves the others' statements while it waits). Waits at most
+    ``wait_s``, then :class:`ArchiveBusy`.
+    """
+    if conn.data_dir is None:
+        yield
+        return
+    try:
+        fd = os.open(Path(conn.data_dir) / SCHEMA_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:  # a directory this process may read through its owner but not write: as before the lock
+        log.debug("archive %s: no schema lock (%s)", conn.data_dir, exc)
+        yield
+        return
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise ArchiveBusy(f"another process has been changing the schema of the archive {conn.data_dir} "
+                                      f"for {wait_s:.0f} s: wait for it to finish, then try again") from None
+                time.sleep(_POLL_S)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
 
 
 def owner_gone(exc: BaseException) -> bool:

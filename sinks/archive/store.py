@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from clickhouse_connect.driver.client import Client
 from pydantic_core import to_json
 
-from sinks.archive.connection import DEFAULT_WAIT_S, Connection, acquire, release
+from sinks.archive.connection import DEFAULT_WAIT_S, Connection, acquire, release, schema_lock
 from sinks.archive.connection import call as conn_call
 from sinks.archive.health_tables import HEARTBEAT_COLUMNS
 from sinks.archive.migrations import DEFAULT_RAW_TTL_DAYS, TABLES, migrate, set_raw_ttl
@@ -145,10 +145,11 @@ class Archive:
         conn = acquire(url, wait_s)
         archive: Archive | None = None
         try:
-            name, database = conn_call(conn, conn.base_database,
-                                       lambda c: resolve(c, conn.base_database, namespace, live, create))
-            archive = cls(conn, name, database)
-            archive._call(lambda c: (migrate(c), set_raw_ttl(c, raw_ttl_days)))
+            with schema_lock(conn, wait_s):  # one process at a time creates and migrates (connection.py)
+                name, database = conn_call(conn, conn.base_database,
+                                           lambda c: resolve(c, conn.base_database, namespace, live, create))
+                archive = cls(conn, name, database)
+                archive._call(lambda c: (migrate(c), set_raw_ttl(c, raw_ttl_days)))
         except BaseException:
             if archive is not None:
                 archive.close()

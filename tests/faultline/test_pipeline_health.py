@@ -13,14 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from common import metrics
 from common.heartbeat import HeartbeatPublisher
+from common.settings import Settings
+from faultline.commands.stages import _heartbeat
 from faultline.operator_views import print_status, status_data
 from faultline.pipeline_health import judge
 from faultline.terminal import age, to_json
 from sinks.archive.store import Archive
-from streams.health import SILENT_AFTER, StageHeartbeat, heartbeat_key, stage_state
+from streams.health import HEARTBEAT_EVERY_S, SILENT_AFTER, StageHeartbeat, heartbeat_key, stage_state
 from streams.topics import TOPICS
 
 NOW = datetime.now(UTC).replace(microsecond=0)  # the table keeps a week of heartbeats (TTL)
@@ -105,3 +108,18 @@ def test_status_says_when_no_stage_has_a_heartbeat(tmp_path: Path, capsys: pytes
     assert data["pipeline"] == []
     print_status(data)
     assert "no stage heartbeat archived" in capsys.readouterr().out
+
+
+def test_every_stage_beats_at_the_interval_its_settings_say(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FAULTLINE_HEARTBEAT_INTERVAL_S sets how often `faultline worker|sink|executor|agent` beat (15 s unset), so
+    "down" comes three of them after a stage falls silent; it was fixed at 15 s, 45 s before anyone could tell."""
+
+    conf = {"bootstrap.servers": "127.0.0.1:1"}
+    monkeypatch.delenv("FAULTLINE_HEARTBEAT_INTERVAL_S", raising=False)
+    assert Settings().heartbeat_interval_s == HEARTBEAT_EVERY_S
+    monkeypatch.setenv("FAULTLINE_HEARTBEAT_INTERVAL_S", "0.5")
+    pub = _heartbeat(Settings(), conf, "sink", instance="host-a")
+    assert isinstance(pub, HeartbeatPublisher) and pub.beat().interval_s == 0.5
+    monkeypatch.setenv("FAULTLINE_HEARTBEAT_INTERVAL_S", "0")
+    with pytest.raises(ValidationError):
+        Settings()

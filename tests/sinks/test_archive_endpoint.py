@@ -192,3 +192,26 @@ def test_compressed_request_bodies_are_read_as_a_server_reads_them(url: str, enc
         answer = urllib3.PoolManager().request("POST", f"http://127.0.0.1:{found.port}/",
                                                body=squash[encoding](b"SELECT 6 * 7"), headers=auth)
         assert (answer.status, answer.data, answer.headers.get("X-ClickHouse-Format")) == (200, b"42\n", "TabSeparated")
+
+
+def test_one_process_at_a_time_changes_the_schema(url: str) -> None:
+    """Issue 28's on-call shift: a `faultline approvals` run as `faultline sink run` started migrated the new
+    archive through the sink's endpoint while the sink migrated it itself; the reader's ``CREATE OR REPLACE
+    VIEW incident_facts`` took the view from under the sink's next statement and the sink exited 69.
+    Whoever opens an archive now creates and migrates it under the directory's schema lock."""
+    from sinks.archive.connection import schema_lock
+
+    with owner(url), Archive.open(url) as reader:
+        assert reader.role == "reader"
+        with schema_lock(reader._conn):
+            with pytest.raises(ArchiveBusy, match="changing the schema"):
+                Archive.open(url, "live.replay-2", live="live", wait_s=0.5).close()
+            opened: list[Archive] = []
+            late = threading.Thread(target=lambda: opened.append(Archive.open(url, "live.replay-3", live="live")))
+            late.start()
+            late.join(1.0)
+            assert late.is_alive() and not opened, "it created and migrated while another process held the lock"
+        late.join(60)
+        [archive] = opened
+        with archive:
+            assert archive.count("events") == 0  # created and migrated once the lock was let go
