@@ -40,9 +40,9 @@ queued, within a deadline.
 polled by the loop at a step boundary, says True once per request that
 faultline's ``checkpoint_now`` command made (:class:`CheckpointRequests`).
 The control path is a file, watched by its modification time: one ``stat``
-per poll, no thread, no port, no broker -- it works under every scheduler
-(Slurm's batch trap ``touch``-es it, a Kubernetes sidecar or a webhook hook
-writes it, a person can too) and survives the job's restart. HTTP would need
+per poll, no thread, no port, no broker -- it works under every scheduler (Slurm's batch trap
+``touch``-es it, a webhook hook writes it, a person can too) and survives the job's restart. On
+Kubernetes it is the pod's downward-API ``annotations`` file (:class:`CheckpointRequests`). HTTP would need
 a listening port per rank and a way to reach it through the scheduler's
 network; Kafka, a client library and credentials inside the training image.
 
@@ -53,10 +53,12 @@ copied as a single file into a training image that does not have faultline.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
 import queue
+import re
 import socket
 import threading
 import time
@@ -65,14 +67,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONTROL_ENV", "DEFAULT_CONTROL", "DEFAULT_PATH", "PATH_ENV", "CheckpointRequests", "Reporter",
-           "request_checkpoint"]
+__all__ = ["CHECKPOINT_ANNOTATION", "CONTROL_ENV", "DEFAULT_CONTROL", "DEFAULT_PATH", "PATH_ENV",
+           "CheckpointRequests", "Reporter", "parse_annotations", "request_checkpoint"]
 
 PATH_ENV = "FAULTLINE_TRAINER_LOG"
 DEFAULT_PATH = "faultline-trainer.jsonl"
 CONTROL_ENV = "FAULTLINE_CHECKPOINT_NOW"
 DEFAULT_CONTROL = "faultline-checkpoint-now"
 _MAX_REQUEST = 4096  # bytes of a request file read (its JSON: the command id and why); the rest is ignored
+CHECKPOINT_ANNOTATION = "faultline.io/checkpoint-now"  # its value: the id of the command that asks
+_REASON_ANNOTATION = "faultline.io/checkpoint-reason"
+_MAX_ANNOTATIONS = 1 << 20  # bytes of a downward-API annotations file read (the API allows 256 KiB, quoted)
+_GO_ESCAPE = re.compile(r'\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{3}|.)', re.S)
+_GO_CHARS = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, "\\": 92, '"': 34, "'": 39}
 
 log = logging.getLogger("faultline.reporter")
 
@@ -99,11 +106,22 @@ class CheckpointRequests:
     Every rank may poll: in a synchronous job rank 0 should decide and tell the others (the example
     all-reduces the answer) so that all ranks save at the same step. :meth:`poll` never raises.
     The path is ``path``, else ``$FAULTLINE_CHECKPOINT_NOW``, else ``./faultline-checkpoint-now``.
+
+    **A Kubernetes downward-API file**: a path named ``annotations`` is read as the pod's
+    ``metadata.annotations`` projected by the kubelet (lines ``key="value"``, Go-quoted), which the kubelet
+    rewrites (a symlink swap: a new inode) whenever *any* annotation changes. There a request is a change
+    of the ``faultline.io/checkpoint-now`` annotation's value to a new one (the executor sets it to the
+    command's id); :meth:`poll` returns ``{"command": <id>, "reason": <faultline.io/checkpoint-reason>}``.
+    Other annotation changes, the annotation's removal, and its value when the listener starts are not requests.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path or os.environ.get(CONTROL_ENV) or DEFAULT_CONTROL)
-        self.seen = self._mtime()
+        self.downward = self.path.name == "annotations"
+        self.seen = self._mtime()  # before the read: a change between the two is seen at the next poll
+        self.value: str | None = None  # the annotation's value last read
+        with contextlib.suppress(OSError):
+            self.value = self._annotations().get(CHECKPOINT_ANNOTATION) if self.downward else None
 
     def _mtime(self) -> tuple[int, int] | None:
         """Its modification time, with its inode: a request written by renaming is new even within one tick
@@ -119,13 +137,62 @@ class CheckpointRequests:
         mtime = self._mtime()
         if mtime is None or mtime == self.seen:
             return None
-        self.seen = mtime
+        last, self.seen = self.seen, mtime
+        if self.downward:
+            try:
+                annotations = self._annotations()
+            except OSError:  # read again at the next poll
+                self.seen = last
+                return None
+            value, before = annotations.get(CHECKPOINT_ANNOTATION), self.value
+            self.value = value
+            if value is None or value == before:
+                return None
+            return {"command": value, "reason": annotations.get(_REASON_ANNOTATION, "")}
         try:
             with open(self.path, "rb") as f:
                 body = json.loads(f.read(_MAX_REQUEST) or b"{}")
         except (OSError, ValueError):
             body = {}
         return body if isinstance(body, dict) else {}
+
+    def _annotations(self) -> dict[str, str]:
+        """The downward-API file's annotations (OSError when it cannot be read)."""
+        with open(self.path, "rb") as f:
+            return parse_annotations(f.read(_MAX_ANNOTATIONS).decode("utf-8", "replace"))
+
+
+def parse_annotations(text: str) -> dict[str, str]:
+    """A downward-API ``metadata.annotations`` (or ``labels``) file: one ``key="value"`` a line, the value
+    quoted as Go's ``%q`` does (the kubelet's ``fieldpath.FormatMap``). Lines that are not so are skipped."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, quoted = line.partition("=")
+        value = _go_unquote(quoted) if sep else None
+        if key and value is not None:
+            found[key] = value
+    return found
+
+
+def _go_unquote(quoted: str) -> str | None:
+    """The string a Go double-quoted literal stands for (escapes \\n, \\", \\xNN, \\uNNNN...), or None."""
+    if len(quoted) < 2 or quoted[0] != '"' or quoted[-1] != '"':
+        return None
+    body, out, pos = quoted[1:-1], bytearray(), 0
+    try:
+        for m in _GO_ESCAPE.finditer(body):
+            out += body[pos:m.start()].encode("utf-8", "surrogatepass")
+            code, pos = m.group(1), m.end()
+            if code[0] in "xuU" and len(code) > 1:
+                out += bytes([int(code[1:], 16)]) if code[0] == "x" else chr(int(code[1:], 16)).encode("utf-8")
+            elif len(code) == 3:
+                out.append(int(code, 8) & 0xFF)
+            else:
+                out.append(_GO_CHARS[code])
+    except (KeyError, ValueError, UnicodeEncodeError):
+        return None
+    out += body[pos:].encode("utf-8", "surrogatepass")
+    return out.decode("utf-8", "replace")
 
 
 def request_checkpoint(path: str | os.PathLike[str], command: str = "", reason: str = "") -> None:

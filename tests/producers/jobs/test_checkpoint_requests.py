@@ -65,3 +65,59 @@ def test_the_example_loop_saves_at_the_step_after_a_request(tmp_path: Path) -> N
             if should_save(step, 5, rep.checkpoint_requested()):
                 saved.append(step)
     assert saved == [4, 5, 10]
+
+
+# --- Kubernetes: the pod's downward-API annotations file ----------------------------------------------------
+
+
+def test_annotations_are_parsed_as_the_kubelet_quotes_them() -> None:
+    from producers.jobs.reporter import parse_annotations
+    from tests.downward_api import format_map
+
+    values = {"faultline.io/checkpoint-now": "cmd-7", "kubectl.kubernetes.io/last-applied-configuration":
+              '{"a": "b\\\\c"}\n', "note": 'tabs\tbells\a "quotes" é ☃ \x00\x7f \u200b 🦙', "empty": ""}
+    text = format_map(values)
+    assert text.count("\n") == len(values) - 1  # one line each: newlines inside values are escaped
+    assert parse_annotations(text) == values
+    # Go's own escapes that Python would not write: \x for a byte, \U, octal; a bad line is skipped
+    assert parse_annotations('a="\\x41\\u00e9\\U0001F999\\101"\nbroken\nb="unterminated\nc=unquoted') == {
+        "a": "Aé🦙A"}
+
+
+def test_a_downward_api_file_asks_only_when_the_checkpoint_annotation_changes(tmp_path: Path) -> None:
+    from tests.downward_api import DownwardVolume
+
+    volume = DownwardVolume(tmp_path / "podinfo")
+    base = {"kubernetes.io/psp": "x", "faultline.io/checkpoint-now": "cmd-old"}
+    volume.write(base)  # before the container starts, with a request from before (not one)
+    listener = CheckpointRequests(volume.path)
+    assert listener.downward and listener.poll() is None
+    volume.write({**base, "team.io/owner": "alice"})  # another annotation: the file changes, no request
+    assert listener.poll() is None
+    asked = {**base, "team.io/owner": "alice", "faultline.io/checkpoint-now": "cmd-1",
+             "faultline.io/checkpoint-reason": "gpu_ecc_degradation: rising SBE on n3 GPU 2"}
+    volume.write(asked)
+    assert listener.poll() == {"command": "cmd-1", "reason": "gpu_ecc_degradation: rising SBE on n3 GPU 2"}
+    assert listener.poll() is None  # once
+    volume.write({**asked, "team.io/owner": "bob"})  # rewritten, the same id: not again
+    assert listener.poll() is None
+    volume.write({k: v for k, v in asked.items() if not k.startswith("faultline.io/")})  # removed: not a request
+    assert listener.poll() is None
+    volume.write({**asked, "faultline.io/checkpoint-now": "cmd-2"})
+    got = listener.poll()
+    assert got is not None and got["command"] == "cmd-2"
+
+
+def test_the_reporter_listens_on_the_downward_api_file_from_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.downward_api import DownwardVolume
+
+    volume = DownwardVolume(tmp_path / "etc" / "faultline" / "podinfo")
+    volume.write({"app": "llama"})
+    monkeypatch.setenv("FAULTLINE_CHECKPOINT_NOW", str(volume.path))
+    with Reporter("pt", 0, "n1", path=tmp_path / "trainer.jsonl") as rep:
+        assert rep.checkpoint_requested() is False  # starts listening
+        volume.write({"app": "llama", "faultline.io/checkpoint-now": "cmd-1"})
+        assert rep.checkpoint_requested() is True
+        assert rep.checkpoint_requested() is False
+        assert rep.errors == 0
