@@ -57,7 +57,8 @@ from streams.canonical import content_hash
 from streams.decisions import Approval, Command, CommandResult
 from streams.signing import SigningKeys
 
-__all__ = ["ALWAYS_APPROVE", "Backend", "ExecutionError", "Executor", "Status", "excluded_nodes", "require"]
+__all__ = ["ALWAYS_APPROVE", "Backend", "ExecutionError", "Executor", "Status", "excluded_gpus", "excluded_nodes",
+           "require"]
 
 log = logging.getLogger(__name__)
 
@@ -317,6 +318,12 @@ def excluded_nodes(cmd: Command) -> list[str]:
     if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
         raise ExecutionError("params.exclude.nodes must be a list of node names")
     return nodes
+
+
+def excluded_gpus(cmd: Command) -> list[str]:
+    """The GPUs a ``restart_job`` must not land on (``params.exclude.gpus``)."""
+    exclude = cmd.params.get("exclude") or {}
+    return [str(g) for g in exclude.get("gpus") or []]
 
 
 def _already(entry: Entry) -> str:

@@ -64,7 +64,6 @@ Event on the node (:mod:`sinks.executors.kubernetes_marks`; best effort, said in
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -73,10 +72,11 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from common.kube_workloads import JOB_LABEL, WorkloadRules
-from sinks.executors.core import ExecutionError, excluded_nodes, require
+from sinks.executors.core import ExecutionError, excluded_gpus, excluded_nodes, require
 from sinks.executors.kubernetes_api import ApiFailure as _ApiFailure
 from sinks.executors.kubernetes_api import api_call as _api
 from sinks.executors.kubernetes_api import evictable as _evictable
+from sinks.executors.kubernetes_api import label_value as _label_value
 from sinks.executors.kubernetes_api import pod_ident as _ident
 from sinks.executors.kubernetes_api import pod_name as _pod_name
 from sinks.executors.kubernetes_dra import DeviceFence, served
@@ -187,7 +187,7 @@ class KubernetesBackend:
 
     def execute(self, cmd: Command) -> str:
         if cmd.type == "restart_job":
-            return self._restart(require(cmd, "job"), excluded_nodes(cmd), _excluded_gpus(cmd))
+            return self._restart(require(cmd, "job"), excluded_nodes(cmd), excluded_gpus(cmd))
         node = require(cmd, "node")
         if cmd.type == "release_gpu":
             done = self._release(node, cmd.target.gpu)
@@ -381,14 +381,3 @@ def _quarantined(node: k8s.V1Node) -> set[str]:
     annotations = (node.metadata.annotations or {}) if node.metadata else {}
     return {g for g in annotations.get(QUARANTINED_GPUS, "").split(",") if g}
 
-
-def _label_value(text: str) -> str:
-    """``text`` as a valid label/taint value: [A-Za-z0-9-_.], at most 63, alphanumeric at both ends."""
-    value = re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:63]
-    return value.strip("-_.")
-
-
-def _excluded_gpus(cmd: Command) -> list[str]:
-    """The GPUs a ``restart_job`` must not land on (``params.exclude.gpus``)."""
-    exclude = cmd.params.get("exclude") or {}
-    return [str(g) for g in exclude.get("gpus") or []]

@@ -22,8 +22,8 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from sinks.executors.core import ExecutionError
 
-__all__ = ["ApiFailure", "MAX_PAGES", "MIRROR_POD", "all_pages", "api_call", "describe", "evictable", "pod_ident",
-           "pod_name"]
+__all__ = ["ApiFailure", "MAX_PAGES", "MIRROR_POD", "all_pages", "api_call", "describe", "evictable", "label_value",
+           "pod_ident", "pod_name"]
 
 MAX_PAGES = 200
 
@@ -98,3 +98,9 @@ def pod_ident(pod: k8s.V1Pod) -> tuple[str, str]:
 def pod_name(pod: k8s.V1Pod) -> str:
     meta = pod.metadata
     return f"{meta.namespace}/{meta.name}" if meta else "?"
+
+
+def label_value(text: str) -> str:
+    """``text`` as a valid label/taint value: [A-Za-z0-9-_.], at most 63, alphanumeric at both ends."""
+    value = re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:63]
+    return value.strip("-_.")
