@@ -1,4 +1,5 @@
-"""Fixtures for the executor tests: a real Slurm cluster of its own (the node gets drained here)."""
+"""Fixtures for the executor tests: a real Slurm cluster of its own (the node gets drained here), and a
+namespace of the test kube-apiserver with the Kubernetes backend (:mod:`.kube_cluster`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.producers.scheduler.slurm_cluster import SlurmCluster, missing_slurm, start_slurm
+
+from .kube_cluster import Cluster, make_cluster
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +31,9 @@ def slurm(slurm_session: SlurmCluster) -> Iterator[SlurmCluster]:
     yield slurm_session
     slurm_session.run("scancel", "--user=root", check=False)
     slurm_session.run("scontrol", "update", f"NodeName={slurm_session.node}", "State=RESUME", check=False)
+
+
+@pytest.fixture
+def cluster(kube_apiserver: object) -> Iterator[Cluster]:
+    """A fresh namespace, and the backend as the chart's executor user; the namespace's pods go after."""
+    yield from make_cluster(kube_apiserver)  # type: ignore[arg-type]

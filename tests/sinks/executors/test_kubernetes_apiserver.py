@@ -8,9 +8,6 @@ does, it may do, and no more is granted (tests/deploy/test_helm_chart.py pins th
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -20,60 +17,12 @@ from sinks.executors.core import ExecutionError
 from sinks.executors.kubernetes import CORDONED_BY, QUARANTINE_TAINT, KubernetesBackend
 from sinks.executors.kubernetes_dra import rule_name
 from tests.kube_apiserver import KubeApiServer
-from tests.kube_objects import Objects, gpu_uuid, owner
+from tests.kube_objects import gpu_uuid, owner
 
 from .commands import command
+from .kube_cluster import Cluster, pytorch_pods
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@dataclass
-class Cluster:
-    objects: Objects
-    backend: KubernetesBackend
-    ns: str
-    prefix: str
-    sleeps: list[float]
-
-    def node(self, n: int, **kwargs: Any) -> str:
-        name = f"{self.prefix}-gpu-{n:02d}"
-        self.objects.node(name, **kwargs)
-        return name
-
-    def read_node(self, name: str) -> Any:
-        return self.objects.core.read_node(name)
-
-
-@pytest.fixture
-def cluster(kube_apiserver: KubeApiServer) -> Iterator[Cluster]:
-    prefix = "t" + uuid.uuid4().hex[:8]
-    objects = Objects(kube_apiserver.client())
-    ns = objects.namespace(f"{prefix}-training")
-    sleeps: list[float] = []
-    backend = KubernetesBackend(k8s.CoreV1Api(kube_apiserver.client("faultline-executor")), device_taints=True,
-                                sleep=sleeps.append, timeout_s=10, evict_backoff_s=0.5)
-    yield Cluster(objects, backend, ns, prefix, sleeps)
-    for namespace in [n.metadata.name for n in objects.core.list_namespace().items if n.metadata.name.startswith(prefix)]:
-        # no namespace controller or kubelet here: pods go only when forced (grace period 0)
-        objects.core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-        objects.core.delete_namespace(namespace)
-
-
-def pytorch_pods(c: Cluster, job: str, nodes: list[str], namespace: str | None = None) -> list[str]:
-    """A PyTorchJob (its object and its pods, as the training operator labels them)."""
-    ns = namespace or c.ns
-    obj = c.objects.custom_object("PyTorchJob", ns, job)
-    ref = owner("PyTorchJob", job, obj["metadata"]["uid"])
-    names = []
-    for i, node in enumerate(nodes):
-        rtype, index = ("master", 0) if i == 0 else ("worker", i - 1)
-        name = f"{job}-{rtype}-{index}"
-        c.objects.pod(ns, name, node, owner=ref, labels={
-            "training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": rtype,
-            "training.kubeflow.org/replica-index": str(index),
-            "training.kubeflow.org/operator-name": "pytorchjob-controller"})
-        names.append(name)
-    return names
 
 
 def test_cordon_then_release_undoes_only_our_cordon(cluster: Cluster) -> None:
