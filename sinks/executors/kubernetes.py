@@ -34,6 +34,9 @@ What each command does:
   rule, or its node's taint); the correlator fences before it restarts. If
   one is not, nothing is deleted and the command fails: a restart must never
   land on excluded hardware.
+* ``checkpoint_now`` -- the annotation ``faultline.io/checkpoint-now: <command id>`` on each running pod
+  of the job, which the trainer reads through the downward API
+  (:mod:`~sinks.executors.kubernetes_checkpoint`); no running pod is an error result.
 
 Node writes that depend on what was read (taints, annotations) carry the
 node's ``resourceVersion``: a concurrent change makes the API answer 409 and
@@ -46,7 +49,7 @@ RBAC -- a ClusterRole bound to the executor's service account needs exactly
 resource                                    verbs                 for
 ==========================================  ====================  ===================================
 ``nodes``                                   get, list, patch      cordon, taint, release; fleet size
-``pods``                                    list, delete          drain's listing; restart_job
+``pods``                                    list, delete, patch   drain's listing; restart; checkpoint
 ``pods/eviction``                           create                drain_node
 ``jobs`` (batch)                            get, list, delete     restart of Jobs and JobSets
 ``pytorchjobs`` ... (kubeflow.org)          get                   restart: is the job still live?
@@ -79,6 +82,7 @@ from sinks.executors.kubernetes_api import evictable as _evictable
 from sinks.executors.kubernetes_api import label_value as _label_value
 from sinks.executors.kubernetes_api import pod_ident as _ident
 from sinks.executors.kubernetes_api import pod_name as _pod_name
+from sinks.executors.kubernetes_checkpoint import CheckpointAsk
 from sinks.executors.kubernetes_dra import DeviceFence, served
 from sinks.executors.kubernetes_marks import FenceMarks
 from sinks.executors.kubernetes_restart import JobRestarter
@@ -96,7 +100,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SUPPORTED_TYPES: frozenset[str] = frozenset(
-    {"cordon_node", "drain_node", "quarantine_gpu", "release_gpu", "restart_job"})
+    {"cordon_node", "drain_node", "quarantine_gpu", "release_gpu", "restart_job", "checkpoint_now"})
 QUARANTINE_TAINT = "faultline.io/quarantine"
 QUARANTINED_GPUS = "faultline.io/quarantined-gpus"
 CORDONED_BY = "faultline.io/cordoned-by"
@@ -131,6 +135,10 @@ class KubernetesBackend:
         # the condition and events kubectl shows (kubernetes_marks.py); off only where a test pins a fence's requests
         self.marks = FenceMarks(api, timeout_s) if marks else None
         self.restarter = JobRestarter(api, self.rules, timeout_s)
+        self.checkpoints = CheckpointAsk(api, self.restarter, timeout_s)
+        # the job commands, by type (the node commands below share their node's checks and marks)
+        self._jobs: dict[str, Callable[[Command], str]] = {"restart_job": self._restart,
+                                                           "checkpoint_now": self.checkpoints.request}
         self.evict_attempts = max(1, evict_attempts)
         self.evict_backoff_s = evict_backoff_s
         self.timeout_s = timeout_s
@@ -181,13 +189,15 @@ class KubernetesBackend:
             return f"{per_gpu}PATCH node {node}: taint {QUARANTINE_TAINT}={_label_value(gpu or '')}:NoSchedule"
         if cmd.type == "release_gpu":
             return f"release {gpu or 'every GPU'} of node {node} from quarantine (what the quarantine applied)"
+        if cmd.type == "checkpoint_now":
+            return self.checkpoints.plan(cmd)
         excluded = ", ".join(excluded_nodes(cmd))
         return (f"recreate the pods of job {job} through its workload's controller"
                 + (f", once the excluded nodes {excluded} are seen fenced" if excluded else ""))
 
     def execute(self, cmd: Command) -> str:
-        if cmd.type == "restart_job":
-            return self._restart(require(cmd, "job"), excluded_nodes(cmd), excluded_gpus(cmd))
+        if cmd.type in self._jobs:
+            return self._jobs[cmd.type](cmd)
         node = require(cmd, "node")
         if cmd.type == "release_gpu":
             done = self._release(node, cmd.target.gpu)
@@ -299,7 +309,8 @@ class KubernetesBackend:
 
     # --- restart --------------------------------------------------------------------------
 
-    def _restart(self, job: str, excluded: list[str], gpus: list[str]) -> str:
+    def _restart(self, cmd: Command) -> str:
+        job, excluded, gpus = require(cmd, "job"), excluded_nodes(cmd), excluded_gpus(cmd)
         schedulable = [n for n in excluded if not self._fenced(n)]
         if schedulable:
             raise ExecutionError(f"excluded nodes still schedulable: {', '.join(schedulable)}; fence them first "

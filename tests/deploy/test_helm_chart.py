@@ -195,7 +195,7 @@ def test_rbac_is_exactly_least_privilege() -> None:
         (("",), ("nodes",)): ["get", "list", "patch"],
         (("",), ("nodes/status",)): ["patch"],
         (("",), ("events",)): ["create"],
-        (("",), ("pods",)): ["delete", "list"],
+        (("",), ("pods",)): ["delete", "list", "patch"],
         (("",), ("pods/eviction",)): ["create"],
         (("batch",), ("jobs",)): ["delete", "get", "list"],
         (("kubeflow.org",), kubeflow): ["get"],
