@@ -199,7 +199,8 @@ def start_apiserver(root: Path, feature_gates: str = "") -> Iterator[KubeApiServ
 
 
 def apply_chart_rbac(server: KubeApiServer) -> list[str]:
-    """Create the chart's ClusterRoles (helm template) and bind each to the test user of its stage."""
+    """Create the chart's ClusterRoles (helm template) and bind each to the test user of its stage; and the
+    executor's ValidatingAdmissionPolicy on pod writes, matching the test user instead of the service account."""
     import yaml
     from kubernetes import client
 
@@ -209,8 +210,14 @@ def apply_chart_rbac(server: KubeApiServer) -> list[str]:
                            "--show-only", "templates/executor-rbac.yaml", "--show-only",
                            "templates/jobsource-rbac.yaml"], capture_output=True, text=True, timeout=60, check=True)
     rbac = client.RbacAuthorizationV1Api(server.client())
+    admission = client.AdmissionregistrationV1Api(server.client())
     made = []
-    for obj in yaml.safe_load_all(done.stdout):
+    for obj in yaml.safe_load_all(done.stdout.replace("system:serviceaccount:faultline:faultline-executor",
+                                                      "faultline-executor")):
+        if obj and obj["kind"] == "ValidatingAdmissionPolicy":
+            admission.create_validating_admission_policy(obj)
+        elif obj and obj["kind"] == "ValidatingAdmissionPolicyBinding":
+            admission.create_validating_admission_policy_binding(obj)
         if not obj or obj["kind"] != "ClusterRole":
             continue
         name = obj["metadata"]["name"]  # faultline-executor, faultline-jobsource: the test users' names

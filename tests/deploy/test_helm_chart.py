@@ -221,6 +221,12 @@ def test_rbac_is_exactly_least_privilege() -> None:
     # only the executor and the job source get an API token
     for name, spec in specs.items():
         assert spec.get("automountServiceAccountToken") is (name in ("faultline-executor", "faultline-jobsource")), name
+    # patch on pods is narrowed to the checkpoint annotations by an admission policy bound to the executor's account
+    policy = _one(objects, "ValidatingAdmissionPolicy", "faultline-executor-pod-writes")["spec"]
+    assert policy["failurePolicy"] == "Fail" and policy["matchConstraints"]["resourceRules"][0]["resources"] == ["pods"]
+    assert '== "system:serviceaccount:faultline:faultline-executor"' in policy["matchConditions"][0]["expression"]
+    assert _one(objects, "ValidatingAdmissionPolicyBinding", "faultline-executor-pod-writes")["spec"][
+        "validationActions"] == ["Deny"]
 
 
 @pytest.mark.parametrize("values", ["default", *sorted(VALUES)])

@@ -6,14 +6,18 @@ error result; and the downward-API file the kubelet would write from those annot
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
 from producers.jobs.reporter import CHECKPOINT_ANNOTATION, CheckpointRequests
 from sinks.executors.core import ExecutionError
 from sinks.executors.kubernetes_checkpoint import CHECKPOINT_NOW, CHECKPOINT_REASON, MAX_REASON
 from streams.decisions import Command
 from tests.downward_api import DownwardVolume
+from tests.kube_apiserver import KubeApiServer, wait_until
 
 from .commands import command
 from .kube_cluster import Cluster, pytorch_pods
@@ -128,3 +132,31 @@ def test_a_pod_replaced_after_the_listing_is_not_annotated_in_its_place(cluster:
     with pytest.raises(ExecutionError, match=f"every running pod of job {job} went away"):
         cluster.backend.execute(_checkpoint("ck-1", job))
     assert CHECKPOINT_NOW not in _annotations(cluster, pod)
+
+
+def test_the_chart_lets_the_executor_change_nothing_else_of_a_pod(cluster: Cluster, kube_apiserver: KubeApiServer,
+                                                                   ) -> None:
+    """``patch`` on pods could change a pod's image or labels: the chart's ValidatingAdmissionPolicy refuses
+    every pod update by the executor but the two checkpoint annotations (and a person's updates go through)."""
+    node, job = cluster.node(1), f"{cluster.prefix}-llama"
+    [pod] = pytorch_pods(cluster, job, [node])
+    as_executor = k8s.CoreV1Api(kube_apiserver.client("faultline-executor"))
+    image = {"spec": {"containers": [{"name": "train", "image": "attacker:1"}]}}
+
+    def refused(body: dict[str, Any], dry_run: str | None = "All") -> bool:
+        try:
+            as_executor.patch_namespaced_pod(pod, cluster.ns, body, dry_run=dry_run)
+        except ApiException as exc:
+            return exc.status in (403, 422) and "faultline's executor may change only" in str(exc.body)
+        return False
+
+    wait_until(lambda: refused(image), 30, "the policy in force (it is read asynchronously)")
+    assert refused(image, dry_run=None)
+    assert refused({"metadata": {"labels": {"training.kubeflow.org/job-name": "other"}}}, dry_run=None)
+    assert refused({"metadata": {"annotations": {"team.io/owner": "mallory"}}}, dry_run=None)
+    assert refused({"metadata": {"annotations": {CHECKPOINT_NOW: "ck-1", "team.io/owner": "x"}}}, dry_run=None)
+    got = cluster.objects.core.read_namespaced_pod(pod, cluster.ns)
+    assert got.spec.containers[0].image == "train:1" and CHECKPOINT_NOW not in (got.metadata.annotations or {})
+    assert "asked 1 running pods" in cluster.backend.execute(_checkpoint("ck-1", job))  # its own annotations pass
+    cluster.objects.core.patch_namespaced_pod(pod, cluster.ns, {"metadata": {"labels": {"team": "a"}}})  # a person
+    assert cluster.objects.core.read_namespaced_pod(pod, cluster.ns).metadata.labels["team"] == "a"
