@@ -241,9 +241,11 @@ class Capture:
             tp = (430.0 + 3 * math.sin(step / 70)) * self._speed(seg, t)
             out.append((t, {"event": "step", "step": step, "loss": round(loss, 5) if math.isfinite(loss) else loss,
                             "samples_per_s": round(tp, 1)}))
-            if seg["interval"] and t - last_ck >= seg["interval"] - 1e-6 and not seg.get("no_ckpt_after", 1e18) <= t:
+            save = seg.get("save_s", 4.0)
+            # a write the run's end interrupts is never reported saved: its rank is gone before it completes
+            if seg["interval"] and t - last_ck >= seg["interval"] - 1e-6 and not seg.get("no_ckpt_after", 1e18) <= t \
+                    and t + save <= stop:
                 last_ck = t
-                save = seg.get("save_s", 4.0)
                 out.append((t + save, {"event": "checkpoint_saved", "step": step,
                                        "path": f"{j.ckpt_dir}/step_{step:07d}", "bytes": 14_000_000_000,
                                        "seconds": save}))

@@ -488,3 +488,19 @@ TRAINER_AHEAD_NEWER = FleetPlan(nodes=12, gpus=4, rack=4, duration=900.0, heartb
 
 def test_a_save_stamped_after_the_failure_is_not_demanded_of_the_restart() -> None:
     assert violations(TRAINER_AHEAD_NEWER, HOLDING) == []
+
+
+# The soak's find with a trainer behind the cell (FLEET_SEED=20261213, 21,000 examples): job0 steps to 50 0.4 s before
+# the XID 79 that kills it, and the builder then reported step 50 saved 4 s later -- after torchelastic had said rank 0
+# exited. Stamped 20 s behind, that impossible save looked 16 s older than the failure and the engine restarted from
+# it. A rank that is gone reports nothing: the builder now reports a save only if its write ends before its run does
+# (builder.Capture._steps), and the engine restarts from step 10, the checkpoint the run loaded.
+_J30 = JobPlan(nodes=1, half=False, elastic=None, every=30.0, interval=120.0, local=False, resume=10)
+TRAINER_BEHIND = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=120.0, jobs=(
+    _J30, JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None)), faults=(
+    FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='xid', at=0.234, job=0, pick=0, code=0, late=None, dup=False)), skew=('trainer', -20.0))
+
+
+def test_a_trainer_behind_the_cell_never_reports_a_save_its_dead_rank_could_not_finish() -> None:
+    assert violations(TRAINER_BEHIND, HOLDING) == []
