@@ -91,11 +91,14 @@ class RecoveryRules:
         if not decision.ready:
             self._wait(inc, decision, due)
             return
-        # every detector has spoken (a silent node is node_down by now): a culprit the collectives pin to one
-        # live node is cordoned now, before the restart, which leaves every cordoned node out
+        # every detector has spoken (a silent node is node_down by now). A node of the job whose own parts
+        # failed is node_hardware_fault, fenced by its rule -- judged before the collectives' pin, so a node
+        # that both logged a SEL and left its ranks behind carries its hardware cause, not only the timeout's
+        for f in failed_parts(self.state, inc, self.p.timing.hardware_lookback_s):
+            self.life.failure(job.name, f)
+        # a culprit the collectives pin to one live node is cordoned now, before the restart, which leaves every
+        # cordoned node out
         self.life.pin(inc, due)
-        for f in failed_parts(self.state, inc, self.p.timing.hardware_lookback_s):  # a node's own parts failed:
-            self.life.failure(job.name, f)  # ...node_hardware_fault, fenced by its rule before the restart
         window = self.p.restarts.per_s
         log = self.state.restart_log
         while log and (due - log[0]).total_seconds() >= window:

@@ -504,3 +504,21 @@ TRAINER_BEHIND = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60
 
 def test_a_trainer_behind_the_cell_never_reports_a_save_its_dead_rank_could_not_finish() -> None:
     assert violations(TRAINER_BEHIND, HOLDING) == []
+
+
+# The soak's find of a zombie that was a dead node (FLEET_SEED=20261214, 10,000 examples): n01 logs a memory UE and
+# falls silent during job0's checkpoint write, which fails 2 s later with EIO; no rank reports a crash, the other
+# ranks' collective timeout names n01's as the ones that never arrived. At the restart the collectives' pin cordoned
+# n01 first, so the last look for nodes whose own parts failed (node_parts.failed_parts) skipped it as fenced: the
+# incident kept only the timeout, nothing explained the write, and it paged storage as a checkpoint_failure of its own.
+# The restart now judges the nodes' own parts before the pin: node_hardware_fault, repaired, the write its evidence.
+_J300 = JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None)
+DEAD_ZOMBIE = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=120.0, jobs=(
+    JobPlan(nodes=2, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None), _J300, _J300),
+    faults=(FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+            FaultPlan(kind='zombie', at=0.25, job=0, pick=0, code=0, late=None, dup=False),
+            FaultPlan(kind='ckpt_crash', at=0.125, job=0, pick=0, code=0, late=None, dup=False)), skew=None)
+
+
+def test_a_zombie_whose_node_logged_its_own_fault_is_that_fault_and_explains_the_write() -> None:
+    assert violations(DEAD_ZOMBIE, HOLDING) == []
