@@ -26,6 +26,7 @@ from pydantic_core import to_json
 
 from sinks.archive.connection import DEFAULT_WAIT_S, Connection, acquire, release
 from sinks.archive.connection import call as conn_call
+from sinks.archive.fast_events import EventRows
 from sinks.archive.health_tables import HEARTBEAT_COLUMNS
 from sinks.archive.migrations import DEFAULT_RAW_TTL_DAYS, TABLES, migrate, set_raw_ttl
 from sinks.archive.namespaces import check_namespace, drop_namespace, list_namespaces, resolve
@@ -91,6 +92,14 @@ def event_columns(events: Sequence[Event]) -> list[list[Any]]:
     return [[e.id for e in events], [_millis(e.ts) for e in events], [e.source for e in events],
             [e.body.kind for e in events], [e.node for e in events], [e.job for e in events],
             [e.rank for e in events], [_event_gpu(e) for e in events], [to_json(e.body).decode() for e in events]]
+
+
+def _columns(events: Sequence[Event | EventRows]) -> list[list[Any]]:
+    """Columns of events given as models, as rows already made (:class:`EventRows`), or both."""
+    if all(isinstance(e, Event) for e in events):
+        return event_columns(events)  # type: ignore[arg-type]  # all models, checked just above
+    rows = [row for e in events for row in (e.rows if isinstance(e, EventRows) else (event_row(e),))]
+    return [list(column) for column in zip(*rows, strict=True)] if rows else []
 
 
 def _incident_row(i: Incident) -> tuple[Any, ...]:
@@ -201,15 +210,16 @@ class Archive:
 
     # --- writes -----------------------------------------------------------------------------
 
-    def write_events(self, events: Sequence[Event]) -> int:
-        """Archive canonical events (checkpoint events also fill ``checkpoints``), as one columnar insert."""
-        if not events:
+    def write_events(self, events: Sequence[Event | EventRows]) -> int:
+        """Archive canonical events (checkpoint events also fill ``checkpoints``), as one columnar insert; the
+        rows written. Events come as models, or as the rows the sink read from a record (:class:`EventRows`)."""
+        columns = _columns(events)
+        if not columns:
             return 0
-        columns = event_columns(events)
         token = _digest(["events", *columns[0]])
         self._call(lambda c: c.insert("events", columns, column_names=EVENT_COLUMNS, column_oriented=True,
                                       settings={"insert_deduplication_token": token}))
-        return len(events)
+        return len(columns[0])
 
     def write_incidents(self, incidents: Sequence[Incident]) -> int:
         """Archive incident versions; ``incidents_latest`` shows the highest version per id."""

@@ -1,0 +1,165 @@
+"""Archive rows of an ``events`` record read straight from its JSON, without a model per event.
+
+Why: the sink's profile (README "Benchmarks") found more than half of its time in building the
+pydantic models of a batch record's events, which it only takes apart again into columns. The
+common record -- a batch of GPU samples and agent heartbeats -- is read here with one JSON parse
+and a few type checks per event.
+
+**The rule.** The schema (:class:`streams.events.Event`, read by :func:`streams.batch.decode_record`)
+stays the one contract. :func:`fast_event_rows` returns rows only for a record that the schema
+decodes as a whole batch with no bad event, and then exactly the rows
+:func:`sinks.archive.store.event_row` makes of the schema's events, in order. For anything else it
+returns None and the caller decodes the record through the schema: a shape other than a batch, an
+event kind not handled here, a value in any form but the few plain ones checked here (a float given
+as a string, a time not in RFC 3339 UTC, a non-finite number...), a record over the cap. It accepts
+a subset of what the schema accepts, never more, so whatever is dead-lettered is decided by the
+schema path alone. ``tests/sinks/test_fast_events.py`` checks this on generated records.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic_core import from_json, to_json
+
+from streams.batch import decode_record
+from streams.bounds import MAX_EVENT_BYTES
+from streams.events import Event, GpuMetrics
+from streams.identifiers import check_gpu, check_job, check_node
+from streams.ranges import INT32_MAX, INT32_MIN
+
+__all__ = ["FLOAT_METRICS", "INT_METRICS", "EventRows", "fast_event_rows"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
+#: The one time form read here: what the schema writes (UTC, ``Z``), at most microseconds.
+_TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?Z")
+_EXACT_FLOAT = 2**53  # an integer given for a float field: converted only where the conversion is exact
+#: :class:`streams.events.GpuMetrics`' fields by type (the test holds them to the model's).
+FLOAT_METRICS = ("temperature_c", "power_w", "power_limit_w", "utilization_pct", "memory_used_mib", "memory_total_mib")
+INT_METRICS = ("ecc_sbe_volatile", "ecc_dbe_volatile", "ecc_sbe_aggregate", "ecc_dbe_aggregate", "retired_pages_sbe",
+               "retired_pages_dbe", "remapped_rows_pending", "remapped_rows_failure", "pcie_replay_counter")
+_METRICS = tuple(GpuMetrics.model_fields)
+
+
+class _Refused(Exception):
+    """Not on the fast path: the record goes through the schema."""
+
+
+def fast_event_rows(value: bytes) -> list[tuple[Any, ...]] | None:
+    """The archive rows of a batch record's events, or None: decode it through the schema (module docstring)."""
+    if len(value) > MAX_EVENT_BYTES or not value.startswith(b'{"schema_version":'):
+        return None
+    try:
+        record = from_json(value)
+        if type(record) is not dict or type(record.get("schema_version", 1)) is not int:
+            return None
+        events = record.get("events")
+        if type(events) is not list or not events:
+            return None
+        return [_row(e) for e in events]
+    except (_Refused, ValueError):  # ValueError: not JSON, a time or a name the checks refuse
+        return None
+
+
+def _row(e: Any) -> tuple[Any, ...]:
+    """One event's row (:data:`sinks.archive.store.EVENT_COLUMNS`), or :class:`_Refused`."""
+    if type(e) is not dict or type(e.get("schema_version", 1)) is not int:
+        raise _Refused
+    eid, ts, source, body = e.get("id"), e.get("ts"), e.get("source"), e.get("body")
+    if type(eid) is not str or type(source) is not str or type(body) is not dict:
+        raise _Refused
+    node, job = e.get("node"), e.get("job")
+    if node is not None:
+        check_node(_text(node))
+    if job is not None:
+        check_job(_text(job))
+    _rank(e.get("local_rank"))
+    kind = body.get("kind")
+    if kind == "gpu_sample":
+        body_json, gpu = _gpu_sample(body)
+    elif kind == "agent_heartbeat":
+        body_json, gpu = '{"kind":"agent_heartbeat"}', None
+    else:
+        raise _Refused
+    return (eid, _millis(ts), source, kind, node, job, _rank(e.get("rank")), gpu, body_json)
+
+
+def _text(value: Any) -> str:
+    if type(value) is not str:
+        raise _Refused
+    return value
+
+
+def _rank(value: Any) -> int | None:
+    """A rank: absent, or a JSON integer in ``0..INT32_MAX`` (:data:`streams.ranges.NonNegInt32`)."""
+    if value is not None and (type(value) is not int or not 0 <= value <= INT32_MAX):
+        raise _Refused
+    return value
+
+
+def _millis(ts: Any) -> int:
+    """DateTime64(3) ticks of an RFC 3339 UTC time, as the store computes them from the schema's datetime."""
+    if type(ts) is not str or _TS.fullmatch(ts) is None:
+        raise _Refused
+    return (datetime.fromisoformat(ts) - _EPOCH) // _MILLISECOND  # ValueError (day 31 of April...): refused
+
+
+def _gpu_sample(body: dict[str, Any]) -> tuple[str, str | None]:
+    """A ``gpu_sample`` body as the schema writes it, and the row's ``gpu`` (uuid, else pci, else index)."""
+    gpu, metrics = body.get("gpu"), body.get("metrics")
+    if type(gpu) is not dict or type(metrics) is not dict:
+        raise _Refused
+    index, uuid, pci = gpu.get("index"), gpu.get("uuid"), gpu.get("pci")
+    if index is not None and (type(index) is not int or not INT32_MIN <= index <= INT32_MAX):
+        raise _Refused
+    if uuid is not None:
+        check_gpu(_text(uuid))
+    if pci is not None:
+        _text(pci)
+    ref = {"index": index, "uuid": uuid, "pci": pci}
+    body_json = to_json({"kind": "gpu_sample", "gpu": ref, "metrics": _metrics(metrics)}).decode()
+    return body_json, (uuid or pci or (None if index is None else str(index)))
+
+
+def _metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """:class:`streams.events.GpuMetrics` as the schema writes it: every field, in order, floats as floats."""
+    out: dict[str, Any] = dict.fromkeys(_METRICS)
+    for name in FLOAT_METRICS:
+        v = metrics.get(name)
+        if v is None:
+            continue
+        if type(v) is float:
+            if not math.isfinite(v):
+                raise _Refused
+            out[name] = v
+        elif type(v) is int and -_EXACT_FLOAT <= v <= _EXACT_FLOAT:
+            out[name] = float(v)
+        else:
+            raise _Refused
+    for name in INT_METRICS:
+        v = metrics.get(name)
+        if v is not None and type(v) is not int:
+            raise _Refused
+        out[name] = v
+    reasons = metrics.get("clocks_event_reasons")
+    if reasons is not None and (type(reasons) is not list or any(type(r) is not str for r in reasons)):
+        raise _Refused
+    out["clocks_event_reasons"] = reasons
+    return out
+
+
+@dataclass(frozen=True)
+class EventRows:
+    """One batch record's events as archive rows (:func:`fast_event_rows`), and the record they came from:
+    when the archive refuses some rows for good, :meth:`events` gives the schema's events to set them apart."""
+
+    raw: bytes
+    rows: list[tuple[Any, ...]]
+
+    def events(self) -> list[Event]:
+        return decode_record(self.raw).events
