@@ -22,6 +22,8 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from itertools import product
 from typing import Any
 
 from pydantic_core import from_json, to_json
@@ -44,6 +46,12 @@ FLOAT_METRICS = ("temperature_c", "power_w", "power_limit_w", "utilization_pct",
 INT_METRICS = ("ecc_sbe_volatile", "ecc_dbe_volatile", "ecc_sbe_aggregate", "ecc_dbe_aggregate", "retired_pages_sbe",
                "retired_pages_dbe", "remapped_rows_pending", "remapped_rows_failure", "pcie_replay_counter")
 _METRICS = tuple(GpuMetrics.model_fields)
+_REASONS = _METRICS.index("clocks_event_reasons")
+#: Every combination of value types of metrics already written as the schema writes them (a set, so checking
+#: sixteen types is one lookup): floats first, then the integers and the reasons, in the model's order.
+_WRITTEN = frozenset(product(*([(float, type(None))] * len(FLOAT_METRICS)),
+                             *[(list, type(None)) if name == "clocks_event_reasons" else (int, type(None))
+                               for name in _METRICS[len(FLOAT_METRICS):]]))
 
 
 class _Refused(Exception):
@@ -104,7 +112,14 @@ def _rank(value: Any) -> int | None:
 
 def _millis(ts: Any) -> int:
     """DateTime64(3) ticks of an RFC 3339 UTC time, as the store computes them from the schema's datetime."""
-    if type(ts) is not str or _TS.fullmatch(ts) is None:
+    if type(ts) is not str:
+        raise _Refused
+    return _millis_of(ts)
+
+
+@lru_cache(maxsize=4096)  # the GPUs of one node share a sample's time
+def _millis_of(ts: str) -> int:
+    if _TS.fullmatch(ts) is None:
         raise _Refused
     return (datetime.fromisoformat(ts) - _EPOCH) // _MILLISECOND  # ValueError (day 31 of April...): refused
 
@@ -122,8 +137,19 @@ def _gpu_sample(body: dict[str, Any]) -> tuple[str, str | None]:
     if pci is not None:
         _text(pci)
     ref = {"index": index, "uuid": uuid, "pci": pci}
-    body_json = to_json({"kind": "gpu_sample", "gpu": ref, "metrics": _metrics(metrics)}).decode()
+    body_json = to_json({"kind": "gpu_sample", "gpu": ref, "metrics": _as_written(metrics)}).decode()
     return body_json, (uuid or pci or (None if index is None else str(index)))
+
+
+def _as_written(metrics: dict[str, Any]) -> dict[str, Any]:
+    """:func:`_metrics`, taken as it is when it is already written as the schema writes it (as producers do):
+    every field, in the model's order, each float a finite float or None, each integer an int or None."""
+    values = tuple(metrics.values())
+    if (tuple(metrics) == _METRICS and tuple(map(type, values)) in _WRITTEN
+            and math.isfinite(sum(filter(None, values[:len(FLOAT_METRICS)])))
+            and (values[_REASONS] is None or set(map(type, values[_REASONS])) <= {str})):
+        return metrics
+    return _metrics(metrics)
 
 
 def _metrics(metrics: dict[str, Any]) -> dict[str, Any]:

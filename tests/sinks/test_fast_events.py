@@ -145,6 +145,7 @@ def test_the_metric_fields_are_the_models() -> None:
     fields = ev.GpuMetrics.model_fields
     assert {*FLOAT_METRICS, *INT_METRICS, "clocks_event_reasons"} == set(fields)
     assert all(fields[n].annotation == float | None for n in FLOAT_METRICS)
+    assert tuple(fields)[:len(FLOAT_METRICS)] == FLOAT_METRICS  # the floats come first: _as_written counts on it
 
 
 def test_rows_the_archive_refuses_for_good_are_set_aside_as_the_schemas_events() -> None:
