@@ -21,7 +21,8 @@ from pydantic import BaseModel
 
 from common import metrics as stage_metrics
 from common.deadletters import dead_letter
-from sinks.archive.fast_events import EventRows, fast_event_rows
+from sinks.archive.event_rows import EventRows
+from sinks.archive.fast_events import fast_event_rows
 from sinks.archive_errors import is_permanent, write_isolating
 from streams.batch import decode_record, over_cap
 from streams.bounds import MAX_EVENT_BYTES, MAX_RECORD_BYTES

@@ -8,19 +8,20 @@ and a few type checks per event.
 **The rule.** The schema (:class:`streams.events.Event`, read by :func:`streams.batch.decode_record`)
 stays the one contract. :func:`fast_event_rows` returns rows only for a record that the schema
 decodes as a whole batch with no bad event, and then exactly the rows
-:func:`sinks.archive.store.event_row` makes of the schema's events, in order. For anything else it
-returns None and the caller decodes the record through the schema: a shape other than a batch, an
-event kind not handled here, a value in any form but the few plain ones checked here (a float given
-as a string, a time not in RFC 3339 UTC, a non-finite number...), a record over the cap. It accepts
-a subset of what the schema accepts, never more, so whatever is dead-lettered is decided by the
-schema path alone. ``tests/sinks/test_fast_events.py`` checks this on generated records.
+:func:`sinks.archive.event_rows.event_row` makes of the schema's events, in order. An event is read
+here only in the plain forms producers write (a GPU sample or a heartbeat, floats as numbers, times
+in RFC 3339 UTC...); any other event (another kind, a float given as a string, a time with an
+offset) is validated alone by the schema, and the record is refused -- None: the caller decodes it
+through the schema -- as soon as the schema refuses one, or when it is not a batch or is over the
+cap. So it accepts a subset of what the schema accepts, never more, and whatever is dead-lettered
+is decided by the schema path alone. ``tests/sinks/test_fast_events.py`` checks this on generated
+records.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from itertools import product
@@ -28,13 +29,13 @@ from typing import Any
 
 from pydantic_core import from_json, to_json
 
-from streams.batch import decode_record
+from sinks.archive.event_rows import event_row
 from streams.bounds import MAX_EVENT_BYTES
 from streams.events import Event, GpuMetrics
 from streams.identifiers import check_gpu, check_job, check_node
 from streams.ranges import INT32_MAX, INT32_MIN
 
-__all__ = ["FLOAT_METRICS", "INT_METRICS", "EventRows", "fast_event_rows"]
+__all__ = ["FLOAT_METRICS", "INT_METRICS", "fast_event_rows"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
@@ -69,9 +70,19 @@ def fast_event_rows(value: bytes) -> list[tuple[Any, ...]] | None:
         events = record.get("events")
         if type(events) is not list or not events:
             return None
-        return [_row(e) for e in events]
-    except (_Refused, ValueError):  # ValueError: not JSON, a time or a name the checks refuse
+        return [_row_or_schemas(e) for e in events]
+    except ValueError:  # not JSON, or an event the schema refuses: the schema path says so, and why
         return None
+
+
+def _row_or_schemas(e: Any) -> tuple[Any, ...]:
+    """The event's row, read here where it can be, else by the schema from the event alone (an event of another
+    kind, a value in a form the checks here do not read): the same event the schema reads in the batch, for the
+    same JSON value. When the schema refuses it, ``ValidationError`` (a ValueError) refuses the whole record."""
+    try:
+        return _row(e)
+    except (_Refused, ValueError):
+        return event_row(Event.model_validate_json(to_json(e)))
 
 
 def _row(e: Any) -> tuple[Any, ...]:
@@ -178,14 +189,3 @@ def _metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     out["clocks_event_reasons"] = reasons
     return out
 
-
-@dataclass(frozen=True)
-class EventRows:
-    """One batch record's events as archive rows (:func:`fast_event_rows`), and the record they came from:
-    when the archive refuses some rows for good, :meth:`events` gives the schema's events to set them apart."""
-
-    raw: bytes
-    rows: list[tuple[Any, ...]]
-
-    def events(self) -> list[Event]:
-        return decode_record(self.raw).events

@@ -149,7 +149,7 @@ def test_the_metric_fields_are_the_models() -> None:
 
 
 def test_rows_the_archive_refuses_for_good_are_set_aside_as_the_schemas_events() -> None:
-    from sinks.archive.fast_events import EventRows
+    from sinks.archive.event_rows import EventRows
     from sinks.archive_batch import write_events_isolating
 
     events = [ev.Event(id=f"e{i}", ts=T, source="node_agent", node="n1", body=ev.AgentHeartbeat()) for i in range(5)]
