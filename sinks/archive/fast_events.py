@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
 from itertools import product
 from typing import Any
 
@@ -41,6 +40,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
 #: The one time form read here: what the schema writes (UTC, ``Z``), at most microseconds.
 _TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?Z")
+_MINUTES: dict[str, int] = {}  # "YYYY-MM-DDTHH:MM" -> its milliseconds from the epoch (_millis)
 _EXACT_FLOAT = 2**53  # an integer given for a float field: converted only where the conversion is exact
 #: :class:`streams.events.GpuMetrics`' fields by type (the test holds them to the model's).
 FLOAT_METRICS = ("temperature_c", "power_w", "power_limit_w", "utilization_pct", "memory_used_mib", "memory_total_mib")
@@ -122,17 +122,28 @@ def _rank(value: Any) -> int | None:
 
 
 def _millis(ts: Any) -> int:
-    """DateTime64(3) ticks of an RFC 3339 UTC time, as the store computes them from the schema's datetime."""
-    if type(ts) is not str:
+    """DateTime64(3) ticks of an RFC 3339 UTC time, as the store computes them from the schema's datetime.
+
+    The date, hour and minute are parsed once per minute (:func:`_minute`); the seconds and their fraction
+    added to it as integers, floored to the millisecond as the store's division floors them.
+    """
+    if type(ts) is not str or _TS.fullmatch(ts) is None:
         raise _Refused
-    return _millis_of(ts)
+    base = _MINUTES.get(ts[:16])
+    if base is None:
+        base = _minute(ts[:16])
+    seconds, fraction = int(ts[17:19]), ts[20:-1]
+    if seconds > 59:
+        raise _Refused
+    return base + seconds * 1000 + (int(fraction.ljust(6, "0")) // 1000 if fraction else 0)
 
 
-@lru_cache(maxsize=4096)  # the GPUs of one node share a sample's time
-def _millis_of(ts: str) -> int:
-    if _TS.fullmatch(ts) is None:
-        raise _Refused
-    return (datetime.fromisoformat(ts) - _EPOCH) // _MILLISECOND  # ValueError (day 31 of April...): refused
+def _minute(prefix: str) -> int:
+    """Milliseconds from the epoch to ``YYYY-MM-DDTHH:MM`` UTC (ValueError when no such minute: refused)."""
+    if len(_MINUTES) >= 100_000:
+        _MINUTES.clear()
+    base = _MINUTES[prefix] = (datetime.fromisoformat(prefix + ":00+00:00") - _EPOCH) // _MILLISECOND
+    return base
 
 
 def _gpu_sample(body: dict[str, Any]) -> tuple[str, str | None]:
