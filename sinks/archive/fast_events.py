@@ -38,8 +38,9 @@ __all__ = ["FLOAT_METRICS", "INT_METRICS", "fast_event_rows"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
-#: The one time form read here: what the schema writes (UTC, ``Z``), at most microseconds.
-_TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?Z")
+#: The one time form read here: what the schema writes (UTC, ``Z``), at most microseconds; ASCII digits only
+#: (``\d`` would take any script's, which ``int()`` reads and the schema refuses).
+_TS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?Z")
 _MINUTES: dict[str, int] = {}  # "YYYY-MM-DDTHH:MM" -> its milliseconds from the epoch (_millis)
 _EXACT_FLOAT = 2**53  # an integer given for a float field: converted only where the conversion is exact
 #: :class:`streams.events.GpuMetrics`' fields by type (the test holds them to the model's).

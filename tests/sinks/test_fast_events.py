@@ -127,6 +127,8 @@ def test_plain_records_take_the_fast_path_and_yield_the_schemas_rows(events: lis
 @given(st.lists(st.one_of(plain_events(), odd_events()), min_size=0, max_size=5), st.one_of(st.just(1), _ODD))
 @example([{"schema_version": 1, "id": "e", "ts": "2026-04-22T03:00:00Z", "source": "s", "rank": True,
            "body": {"kind": "agent_heartbeat"}}], 1)
+@example([{"schema_version": 1, "id": "e", "ts": "2026-04-22T03:00:\u0663\u0660Z", "source": "s",  # Arabic-Indic 30
+           "body": {"kind": "agent_heartbeat"}}], 1)
 def test_any_record_is_refused_or_read_exactly_as_the_schema_reads_it(events: list[Any], version: Any) -> None:
     _agree(_record(events, version))
 
