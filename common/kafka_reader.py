@@ -192,7 +192,7 @@ class TopicReader:
                 raise TimeoutError(f"reading {self.topic}: partitions {sorted(short)} short of their end "
                                    f"(positions {[positions.get(p) for p in sorted(short)]}, ends "
                                    f"{[short[p] for p in sorted(short)]}): no progress for {self.stall_s:.0f}s")
-            records = self._poll(min(_POLL_S, self.stall_s - idle), wait_out_backoff=True)
+            records = self._poll(min(_POLL_S, self.stall_s - idle), wait_out_backoff=True, at_most=_left(short, positions))
             moved = self._positions(short)
             if records or moved != positions:
                 progress_at = self._clock()
@@ -235,8 +235,9 @@ class TopicReader:
 
     # --- the one poll ----------------------------------------------------------------------------
 
-    def _poll(self, wait_s: float, *, wait_out_backoff: bool) -> list[Message]:
-        """One consume(): the records; errors to :attr:`errors`; backs off after an error-only poll."""
+    def _poll(self, wait_s: float, *, wait_out_backoff: bool, at_most: int = _BATCH) -> list[Message]:
+        """One consume() of up to ``at_most`` records: the records; errors to :attr:`errors`; backs off after an
+        error-only poll."""
         now = self._clock()
         if now < self._resume_at:
             if not wait_out_backoff:
@@ -247,7 +248,7 @@ class TopicReader:
             if self._clock() < self._resume_at:
                 return []
         records, failed = [], False
-        for msg in self._consumer.consume(num_messages=_BATCH, timeout=max(wait_s, 0.0)):
+        for msg in self._consumer.consume(num_messages=at_most, timeout=max(wait_s, 0.0)):
             err = msg.error()
             if err is None:
                 records.append(msg)
@@ -267,6 +268,14 @@ class TopicReader:
             return {}
         return {tp.partition: tp.offset
                 for tp in self._consumer.position([TopicPartition(self.topic, p) for p in partitions])}
+
+
+def _left(ends: Mapping[int, int], positions: Mapping[int, int]) -> int:
+    """At most how many records remain before ``ends`` (1 to :data:`_BATCH`): what a read to the end asks one
+    consume() for. consume() returns early only once it has all it asked for; asked for a whole batch on a
+    topic holding fewer records, it waited out its full timeout (half a second per topic a replay read)."""
+    left = sum(end - max(positions.get(p, 0), 0) for p, end in ends.items())
+    return max(1, min(_BATCH, left))
 
 
 def read_topic(conf: dict[str, Any], topic: str, timeout: float = 30.0) -> Iterator[bytes]:

@@ -21,35 +21,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import (
-    TIMESTAMP_NOT_AVAILABLE,
-    Consumer,
-    IsolationLevel,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import Counter
-from pydantic import BaseModel
 
 from common import metrics as stage_metrics
-from common.deadletters import dead_letter
 from common.heap import streaming_gc
 from sinks.archive.store import Archive
+from sinks.archive_batch import DEAD_LETTERS, Batch, decode, write_events_isolating
 from sinks.archive_errors import write_isolating
-from streams.batch import decode_record, over_cap
-from streams.bounds import MAX_EVENT_BYTES, MAX_RECORD_BYTES
 from streams.decisions import DeadLetter
 from streams.health import StageHeartbeat
-from streams.topics import TOPICS, topic_name
+from streams.topics import topic_name
 
 __all__ = ["SUFFIXES", "ArchiveSink", "ROWS_WRITTEN", "BATCHES_WRITTEN", "DEAD_LETTERS", "WRITE_RETRIES"]
 
@@ -58,7 +44,6 @@ log = logging.getLogger(__name__)
 # Module-level, so created once per process however many sinks run in it.
 ROWS_WRITTEN = Counter("faultline_archive_rows_written", "Rows written to the archive", ["table"])
 BATCHES_WRITTEN = Counter("faultline_archive_batches", "Batches written to the archive and committed")
-DEAD_LETTERS = Counter("faultline_archive_dead_letters", "Records the archive sink could not decode")
 WRITE_RETRIES = Counter("faultline_archive_write_retries", "Failed archive writes, retried after a back-off")
 
 # Topic suffix -> (archive table, Archive method writing it), in the order a batch is written.
@@ -79,28 +64,6 @@ _DRAIN_BATCH = 5000
 _DRAIN_WAIT_S = 0.2
 # Consumer settings that the admin client (end offsets) shares.
 _CONNECTION_SETTINGS = ("bootstrap.", "client.", "security.", "sasl.", "ssl.", "socket.")
-
-
-@dataclass
-class _Batch:
-    """Decoded records waiting to be written, and the offsets to commit after."""
-
-    records: dict[str, list[BaseModel]] = field(default_factory=lambda: defaultdict(list))
-    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
-    size: int = 0
-    opened: float = 0.0
-
-    def add(self, decoded: list[tuple[str, BaseModel]], msg: Message) -> None:
-        """One consumed record: what it decoded to, (topic suffix, row model) each (none: a tombstone)."""
-        if self.size == 0:
-            self.opened = time.monotonic()
-        for suffix, record in decoded:
-            self.records[suffix].append(record)
-        self.offsets[(str(msg.topic()), int(msg.partition() or 0))] = int(msg.offset() or 0) + 1
-        self.size += max(1, len(decoded))
-
-    def due(self, max_batch: int, max_wait_s: float) -> bool:
-        return self.size >= max_batch or (self.size > 0 and time.monotonic() - self.opened >= max_wait_s)
 
 
 class ArchiveSink:
@@ -128,6 +91,9 @@ class ArchiveSink:
             # successor (a restart, or a second sink) waits this long, not librdkafka's default 45 s.
             "session.timeout.ms": 10_000,
             "heartbeat.interval.ms": 2_000,
+            # A fetch for partitions with nothing new waits this long at the broker, and a partition assigned
+            # meanwhile waits for it: librdkafka's 500 ms held up the first records of every drain.
+            "fetch.wait.max.ms": 100,
         }
         config.update(consumer_config or {})
         self._consumer = Consumer(config)
@@ -163,13 +129,13 @@ class ArchiveSink:
             self._report_lag_now_and_then()  # the lag grows while the archive is away: alerts must see it
             return stop.wait(delay)
 
-        batch = _Batch()
+        batch = Batch()
         with streaming_gc():  # a batch's records all live until it is written (common/heap.py)
             while not stop.is_set():
                 self._poll(batch, max_batch, max_wait_s)
                 if batch.due(max_batch, max_wait_s):
                     self._flush(batch, back_off)
-                    batch = _Batch()
+                    batch = Batch()
                 self._report_lag_now_and_then()
             if batch.size:
                 self._flush(batch, back_off)
@@ -214,7 +180,7 @@ class ArchiveSink:
     def _drain(self, pending: dict[tuple[str, int], int], deadline: float, timeout_s: float,
                wait_or_give_up: Callable[[float], bool]) -> int:
         written = 0
-        batch = _Batch()
+        batch = Batch()
         while True:
             if batch.size == 0 and not self._early:
                 self._forget_reached(pending)
@@ -228,7 +194,7 @@ class ArchiveSink:
                 if rows is None:
                     raise TimeoutError(f"archive drain: archive still failing after {timeout_s}s")
                 written += rows
-                batch = _Batch()
+                batch = Batch()
 
     def end_offsets(self, timeout_s: float = 10) -> dict[str, dict[int, int]]:
         """Where every partition of the sink's (existing) topics ends now.
@@ -265,16 +231,24 @@ class ArchiveSink:
             self._early += self._consumer.consume(num_messages=1000, timeout=0.1)
         return bool(self._consumer.assignment())
 
-    def _poll(self, batch: _Batch, max_batch: int, max_wait_s: float) -> None:
-        """Add what arrives within the batch's remaining time (or ``max_wait_s``) to it."""
-        wait = max_wait_s if batch.size == 0 else batch.opened + max_wait_s - time.monotonic()
+    def _poll(self, batch: Batch, max_batch: int, max_wait_s: float) -> None:
+        """Add what has arrived to the batch; only when nothing has, wait for the next record, up to the batch's
+        remaining time (or ``max_wait_s``).
+
+        The consumer's ``consume`` returns early only once it has all the records asked for: asked for a
+        batch's worth with a timeout, it sat out the whole timeout whenever fewer were fetched (0.6-0.9 s of a
+        3-6 s drain in the bench: README "Benchmarks").
+        """
         early, self._early = self._early, []
-        for msg in early or self._consumer.consume(num_messages=max(1, max_batch - batch.size),
-                                                   timeout=max(0.0, wait)):
+        msgs = early or self._consumer.consume(num_messages=max(1, max_batch - batch.size), timeout=0)
+        if not msgs:
+            wait = max_wait_s if batch.size == 0 else batch.opened + max_wait_s - time.monotonic()
+            msgs = self._consumer.consume(num_messages=1, timeout=max(0.0, wait))
+        for msg in msgs:
             err = msg.error()
             if err is None:
                 stage_metrics.RECORDS_IN.labels("sink", str(msg.topic())).inc()
-                batch.add(self._decode(msg), msg)
+                batch.add(decode(msg, self.topics[str(msg.topic())]), msg)
             elif err.fatal():
                 raise KafkaException(err)
             elif err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
@@ -282,37 +256,7 @@ class ArchiveSink:
             else:
                 log.warning("archive sink: consumer error: %s", err)
 
-    def _decode(self, msg: Message) -> list[tuple[str, BaseModel]]:
-        """The record as its topic's model(s) -- an events record may be a batch -- and a dead letter
-        for each thing in it that is not one, saying why."""
-        topic = str(msg.topic())
-        suffix = self.topics[topic]
-        value = msg.value()
-        if value is None and TOPICS[suffix].cleanup == "compact":
-            return []  # a tombstone: nothing to archive
-        if suffix == "events" and value is not None:
-            decoded = decode_record(value)
-            if decoded.batch or decoded.events:  # else one bad event: said as any bad record is, below
-                rows: list[tuple[str, BaseModel]] = [("events", e) for e in decoded.events]
-                return rows + [("deadletters", self._dead_letter(msg, bad.reason, bad.raw)) for bad in decoded.bad]
-        if value is not None and (why := over_cap(value, MAX_EVENT_BYTES if suffix == "events" else MAX_RECORD_BYTES)):
-            return [("deadletters", self._dead_letter(msg, why, value))]
-        try:
-            if value is None:
-                raise ValueError("record has no value")
-            return [(suffix, TOPICS[suffix].model.model_validate_json(value))]
-        except ValueError as exc:
-            return [("deadletters", self._dead_letter(msg, f"{type(exc).__name__}: {exc}", value))]
-
-    @staticmethod
-    def _dead_letter(msg: Message, reason: str, raw: bytes | None) -> DeadLetter:
-        DEAD_LETTERS.inc()
-        stage_metrics.DEAD_LETTERS.labels("sink").inc()
-        kind, ms = msg.timestamp()
-        at = datetime.fromtimestamp(ms / 1000, UTC) if kind != TIMESTAMP_NOT_AVAILABLE else datetime.now(UTC)
-        return dead_letter(f"archive-sink:{msg.topic()}", reason, raw, at)
-
-    def _flush(self, batch: _Batch, wait: Callable[[float], bool]) -> int | None:
+    def _flush(self, batch: Batch, wait: Callable[[float], bool]) -> int | None:
         """Write the batch (retrying), then commit its offsets; None if ``wait`` gave up."""
         delay = _BACKOFF_FIRST_S
         failures = 0
@@ -341,7 +285,7 @@ class ArchiveSink:
         BATCHES_WRITTEN.inc()
         return rows
 
-    def _commit_offsets(self, batch: _Batch) -> list[TopicPartition]:
+    def _commit_offsets(self, batch: Batch) -> list[TopicPartition]:
         """The batch's next offsets, moved past any transaction markers the consumer skipped.
 
         Every record consumed so far is in the batch, so the consumer's position
@@ -352,7 +296,7 @@ class ArchiveSink:
         positions = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.position(parts)}
         return [TopicPartition(t, p, max(o, positions.get((t, p), -1))) for (t, p), o in batch.offsets.items()]
 
-    def _write(self, batch: _Batch) -> int:
+    def _write(self, batch: Batch) -> int:
         """Write every table of the batch; records the archive refuses for good become dead letters.
 
         Only what retrying cannot fix is set aside (:mod:`sinks.archive_errors`); any other error is
@@ -364,8 +308,9 @@ class ArchiveSink:
         for suffix, (table, method) in _ROUTES.items():
             records = batch.records.get(suffix)
             if records:
-                written, letters = write_isolating(getattr(self.archive, method), records,
-                                                   f"archive-sink:{topics[suffix]}")
+                isolating = write_events_isolating if suffix == "events" else write_isolating
+                written, letters = isolating(getattr(self.archive, method), records,  # type: ignore[arg-type]
+                                             f"archive-sink:{topics[suffix]}")
                 refused += letters
                 ROWS_WRITTEN.labels(table=table).inc(written)
                 stage_metrics.RECORDS_OUT.labels("sink", table).inc(written)

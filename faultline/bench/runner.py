@@ -102,15 +102,20 @@ class Bench:
         for ns in self.namespaces:
             delete_namespace_topics(self.conf, ns)
 
-    # --- throughput: correlator vs a bare consumer, on the same topic ---------------------
-    def throughput(self, events: list[Event]) -> dict[str, Any]:
-        """The same records (batched as a replay batches them) read by a bare consumer, then judged by a
-        worker; both rates in events/s, each timed from its first record (start-up left out)."""
+    def published(self, events: list[Event]) -> str:
+        """A new namespace holding ``events`` (batched as a replay batches them) and their end marker."""
         ns = self.namespace("throughput")
         pub = EventPublisher(self.conf, ns, batching=replay_batching(self.settings))
         pub.publish(events)
         pub.publish([end_marker(len(events), events[-1].ts)])
         pub.flush(120)
+        return ns
+
+    # --- throughput: correlator vs a bare consumer, on the same topic ---------------------
+    def throughput(self, events: list[Event]) -> dict[str, Any]:
+        """The same records (batched as a replay batches them) read by a bare consumer, then judged by a
+        worker; both rates in events/s, each timed from its first record (start-up left out)."""
+        ns = self.published(events)
         n = len(events) + 1
         records, baseline_s = _bare_consume(self.conf, topic_name(ns, "events"))
         _say(f"bare consumer: {records} records ({n} events) in {baseline_s:.2f}s")
@@ -300,7 +305,7 @@ def agent_cpu_pct(seconds: float) -> dict[str, Any]:
             "agent_seconds": round(t1 - t0, 1)}
 
 
-SECTIONS = ("storm",)  # what ``faultline bench --only`` can run alone
+SECTIONS = ("storm", "archive", "replay")  # what ``faultline bench --only`` can run alone
 
 
 def run_bench(settings: Settings, quick: bool = False, only: str | None = None) -> dict[str, Any]:
@@ -315,6 +320,11 @@ def run_bench(settings: Settings, quick: bool = False, only: str | None = None) 
     try:
         if only == "storm":
             out["storm"] = storm(settings, bench.bootstrap, bench.conf, bench.namespace("storm"), sizes.storm)
+        elif only == "archive":
+            events = _fleet_events(sizes.fleet_nodes, sizes.fleet_seconds)
+            out.update(bench.archive(bench.published(events), events + [end_marker(0, events[-1].ts)]))
+        elif only == "replay":
+            out.update(bench.replay())
         else:
             _every_section(bench, settings, sizes, out)
     finally:

@@ -51,7 +51,8 @@ def register(add: Add) -> None:
              "faultline bench --json")
     be.add_argument("--json", action="store_true", help="print the summary as one JSON object (last line)")
     be.add_argument("--quick", action="store_true", help="seconds, small load (what CI runs)")
-    be.add_argument("--only", choices=["storm"], help="run this section alone (the 16,384-GPU cell's storm)")
+    be.add_argument("--only", choices=["storm", "archive", "replay"],
+                    help="run this section alone (the 16,384-GPU cell's storm, the archive sink, replay)")
     be.add_argument("--cells", type=int, metavar="N",
                     help="instead: N cells at once, a namespace each with two workers, on a 3-broker cluster "
                          "(FAULTLINE_KAFKA's, or three local nodes), one storm in each at the same moment")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
 from clickhouse_connect.driver.client import Client
@@ -26,6 +26,7 @@ from pydantic_core import to_json
 
 from sinks.archive.connection import DEFAULT_WAIT_S, Connection, acquire, release, schema_lock
 from sinks.archive.connection import call as conn_call
+from sinks.archive.event_rows import EVENT_COLUMNS, EventRows, event_columns, event_row, events_columns
 from sinks.archive.health_tables import HEARTBEAT_COLUMNS
 from sinks.archive.migrations import DEFAULT_RAW_TTL_DAYS, TABLES, migrate, set_raw_ttl
 from sinks.archive.namespaces import check_namespace, drop_namespace, list_namespaces, resolve
@@ -35,7 +36,6 @@ from streams.health import StageHeartbeat
 
 __all__ = ["Archive", "deadletter_id", "event_columns", "event_row", "EVENT_COLUMNS"]
 
-EVENT_COLUMNS = ["id", "ts", "source", "kind", "node", "job", "rank", "gpu", "body"]
 _INCIDENT_COLUMNS = [
     "id", "version", "job", "category", "culprit_node", "culprit_gpus", "opened_at", "updated_at",
     "severity", "state", "summary", "lost_gpu_hours", "payload",
@@ -47,8 +47,6 @@ _COMMAND_COLUMNS = [
 _RESULT_COLUMNS = ["command", "executor", "status", "at", "detail"]
 _DEADLETTER_COLUMNS = ["id", "stage", "reason", "raw", "at"]
 _T = TypeVar("_T")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MILLISECOND = timedelta(milliseconds=1)
 
 
 def deadletter_id(stage: str, raw: str, at: datetime) -> str:
@@ -62,35 +60,6 @@ def _digest(parts: Iterable[str]) -> str:
         h.update(part.encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     return h.hexdigest()[:32]
-
-
-def _event_gpu(event: Event) -> str | None:
-    ref = getattr(event.body, "gpu", None)
-    if ref is None:
-        return None
-    if ref.uuid:
-        return str(ref.uuid)
-    if ref.pci:
-        return str(ref.pci)
-    return None if ref.index is None else str(ref.index)
-
-
-def _millis(ts: datetime) -> int:
-    """DateTime64(3) ticks, computed here: much cheaper than the driver's conversion (naive = UTC)."""
-    aware = ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
-    return (aware - _EPOCH) // _MILLISECOND
-
-
-def event_row(e: Event) -> tuple[Any, ...]:
-    return (e.id, _millis(e.ts), e.source, e.kind, e.node, e.job, e.rank, _event_gpu(e), to_json(e.body).decode())
-
-
-def event_columns(events: Sequence[Event]) -> list[list[Any]]:
-    """The rows of ``events`` as columns (:data:`EVENT_COLUMNS`' order): the driver's native shape,
-    built without a tuple per row in between."""
-    return [[e.id for e in events], [_millis(e.ts) for e in events], [e.source for e in events],
-            [e.body.kind for e in events], [e.node for e in events], [e.job for e in events],
-            [e.rank for e in events], [_event_gpu(e) for e in events], [to_json(e.body).decode() for e in events]]
 
 
 def _incident_row(i: Incident) -> tuple[Any, ...]:
@@ -202,15 +171,16 @@ class Archive:
 
     # --- writes -----------------------------------------------------------------------------
 
-    def write_events(self, events: Sequence[Event]) -> int:
-        """Archive canonical events (checkpoint events also fill ``checkpoints``), as one columnar insert."""
-        if not events:
+    def write_events(self, events: Sequence[Event | EventRows]) -> int:
+        """Archive canonical events (checkpoint events also fill ``checkpoints``), as one columnar insert; the
+        rows written. Events come as models, or as the rows the sink read from a record (:class:`EventRows`)."""
+        columns = events_columns(events)
+        if not columns:
             return 0
-        columns = event_columns(events)
         token = _digest(["events", *columns[0]])
         self._call(lambda c: c.insert("events", columns, column_names=EVENT_COLUMNS, column_oriented=True,
                                       settings={"insert_deduplication_token": token}))
-        return len(events)
+        return len(columns[0])
 
     def write_incidents(self, incidents: Sequence[Incident]) -> int:
         """Archive incident versions; ``incidents_latest`` shows the highest version per id."""
