@@ -522,3 +522,22 @@ DEAD_ZOMBIE = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0,
 
 def test_a_zombie_whose_node_logged_its_own_fault_is_that_fault_and_explains_the_write() -> None:
     assert violations(DEAD_ZOMBIE, HOLDING) == []
+
+
+# The soak's find that stays open (FLEET_SEED=20261213, 10,000 examples, trainer 20 s behind): n02 heartbeats every
+# 120 s, last at 03:04:04.7; job1's rank on n02 reports steps until 03:05:30 and step 240 saved at 03:04:14; n02 logs
+# a memory UE at 03:05:36.5 and falls silent. The engine dates the failure from the agent's last heartbeat, so
+# unskewed it passes over step 240 (saved "after the failure") and restarts from 120; with the trainer behind, 240
+# looks saved before and is taken -- right in truth, against the engine's own date. The rule to build: a silent
+# node's failure begins when it was last heard by any of its sources (its ranks' steps, NVML), not its agent alone.
+_J10 = JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=120.0, local=False, resume=None)
+_X50 = FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False)
+SILENT_AFTER_SAVE = FleetPlan(nodes=12, gpus=4, rack=4, duration=900.0, heartbeat=120.0, nvml=120.0, jobs=(
+    _J300, _J10, _J300), faults=(_X50, _X50, _X50, FaultPlan(kind='sel', at=0.375, job=1, pick=0, code=0, late=None,
+                                                             dup=False)), skew=('trainer', -20.0))
+
+
+@pytest.mark.xfail(strict=True, reason="issue #25: a silent node's failure is dated from its agent's last heartbeat, "
+                                       "not from the last line any of its sources sent")
+def test_a_silent_node_fails_when_it_was_last_heard_by_any_source() -> None:
+    assert violations(SILENT_AFTER_SAVE, HOLDING) == []
