@@ -30,8 +30,10 @@ __all__ = [
     "TABLES",
     "Migration",
     "MIGRATIONS",
+    "NAMESPACE_REPORT_PREFIX",
     "applied_versions",
     "migrate",
+    "namespace_reports",
     "set_raw_ttl",
 ]
 
@@ -649,7 +651,54 @@ _LEMONS = [
     """,
 ]
 
-MIGRATIONS: list[Migration] = [
+# --- the questions of any namespace, for Grafana (migration 11) ---------------------------------
+#
+# ClickHouse cannot call a parameterized view qualified with a database whose name holds a dot
+# (`faultline.replay-x`.report_recovery(...) is "Unknown table function"), and replays', demos' and
+# cells' databases have one. A view's ``{db:Identifier}`` parameter can name the database its body
+# reads, though: ``ns_report_X`` is ``report_X`` with every archive table and view it reads
+# qualified with ``{db:Identifier}``, called from the data source's own database:
+#     SELECT * FROM ns_report_recovery(db = 'faultline.replay-x', since_ms = ..., until_ms = ...)
+# The copies are derived from the report views' own statements (the latest definition of each), so
+# they cannot drift from them; a migration that redefines a report_* view adds a step regenerating
+# them (:func:`namespace_reports`; tests/sinks/test_migrations.py checks it).
+
+NAMESPACE_REPORT_PREFIX = "ns_"
+_CREATED = re.compile(r"CREATE (?:OR REPLACE )?(?:MATERIALIZED VIEW|VIEW|TABLE) (?:IF NOT EXISTS )?(\w+)")
+_REPORT = re.compile(r"CREATE (?:OR REPLACE )?VIEW (?:IF NOT EXISTS )?(report_\w+) AS")
+_READ = re.compile(r"\b(FROM|JOIN)\s+(?!\()([\w{}:.]+)")
+
+
+def namespace_reports(statements: list[str]) -> list[str]:
+    """``ns_report_*``: each ``report_*`` view of ``statements`` (its latest definition there) reading the
+    database its ``db`` parameter names; every other relation ``statements`` create is qualified with it."""
+    relations = {m.group(1) for s in statements for m in [_CREATED.search(s)] if m}
+    latest: dict[str, str] = {}
+    for statement in statements:
+        found = _REPORT.search(statement)
+        if found:
+            latest[found.group(1)] = statement
+    return [_namespace_report(name, statement, relations) for name, statement in sorted(latest.items())]
+
+
+def _namespace_report(name: str, statement: str, relations: set[str]) -> str:
+    body = statement[_REPORT.search(statement).end():]  # type: ignore[union-attr]
+    local = set(re.findall(r"\b(\w+) AS \(", body))  # the body's own WITH subqueries
+    if local & relations:
+        raise ValueError(f"{name}: a WITH subquery named like an archive relation: {sorted(local & relations)}")
+
+    def qualify(m: re.Match[str]) -> str:
+        target = m.group(2)
+        if target in relations:
+            return f"{m.group(1)} {{db:Identifier}}.{target}"
+        if target in local:
+            return m.group(0)
+        raise ValueError(f"{name} reads {target!r}, neither an archive relation nor its own subquery")
+
+    return f"CREATE OR REPLACE VIEW {NAMESPACE_REPORT_PREFIX}{name} AS{_READ.sub(qualify, body)}"
+
+
+_EARLIER: list[Migration] = [
     Migration(1, "core tables: events, incident_versions, commands, command_results, deadletters", _CORE),
     Migration(2, "incidents_latest view", _LATEST),
     Migration(3, "checkpoints and gpu_ledger, filled by materialized views", _DERIVED),
@@ -662,6 +711,12 @@ MIGRATIONS: list[Migration] = [
     Migration(9, "where the lost hours went (report_lost_phases) and checkpoint advice (checkpoint_advice)",
               advice_statements(_HARDWARE, _STOPS_JOB, _WINDOW)),
     Migration(10, "stage_heartbeats: each stage's own heartbeat, for status", heartbeat_statements(_ENGINE, _SETTINGS)),
+]
+
+MIGRATIONS: list[Migration] = [
+    *_EARLIER,
+    Migration(11, "ns_report_* views: the report_* answers of the namespace whose database db names, for Grafana",
+              namespace_reports([s for m in _EARLIER for s in m.statements])),
 ]
 
 _BOOKKEEPING = """
