@@ -5,7 +5,14 @@ from __future__ import annotations
 import re
 
 from sinks.archive import MIGRATIONS, Archive, migrate
-from sinks.archive.migrations import _VALIDATING, TABLES, applied_versions, set_raw_ttl
+from sinks.archive.migrations import (
+    _VALIDATING,
+    NAMESPACE_REPORT_PREFIX,
+    TABLES,
+    applied_versions,
+    namespace_reports,
+    set_raw_ttl,
+)
 
 VIEWS = ("incidents_latest", "incident_timeline", "checkpoints_mv", "gpu_ledger_mv", "lemon_implications", "lemon_fences")
 
@@ -75,3 +82,45 @@ def test_an_archive_that_said_validated_is_moved_to_validating(archive: Archive)
     assert migrate(client) == [7]
     rows = archive.query("SELECT state, command FROM gpu_ledger FINAL")
     assert [(r["state"], r["command"]) for r in rows] == [("validating", "cmd-validate")]
+
+
+def _created(statement: str) -> str:
+    found = re.search(r"CREATE (?:OR REPLACE )?(?:MATERIALIZED VIEW|VIEW|TABLE) (?:IF NOT EXISTS )?(\w+)", statement)
+    return found.group(1) if found else ""
+
+
+def test_every_report_view_has_a_namespace_copy_of_its_latest_definition() -> None:
+    """``ns_report_X`` is derived from ``report_X``'s latest statement: a migration that redefines a
+    report view must be followed by one regenerating the copies (the copies must not go stale)."""
+    statements = [s for m in MIGRATIONS for s in m.statements]
+    latest_copies = {_created(s): s for s in statements if _created(s).startswith(NAMESPACE_REPORT_PREFIX)}
+    derived = {_created(s): s for s in namespace_reports(statements)}
+    assert len(derived) == 9 and latest_copies == derived
+
+
+def test_a_namespace_copy_reads_only_the_database_it_is_given() -> None:
+    """Every archive relation a copy reads is qualified with ``{db:Identifier}``; only its own WITH
+    subqueries are read unqualified."""
+    for statement in namespace_reports([s for m in MIGRATIONS for s in m.statements]):
+        read = re.findall(r"\b(?:FROM|JOIN)\s+(?!\()(\S+)", statement)
+        assert read, statement
+        unqualified = {r for r in read if not r.startswith("{db:Identifier}.")}
+        assert unqualified <= {"published", "restarts", "done", "cut"}, (_created(statement), unqualified)
+
+
+def test_a_copy_answers_for_a_namespace_whose_database_has_a_dot(archive_url: str) -> None:
+    """`a.b-c`.report_x(...) is not callable; ns_report_x(db = 'a.b-c', ...) from the live database is,
+    and gives what report_x gives in that database."""
+    with Archive.open(archive_url, "t.dotted-ns", live="faultline") as other:
+        other.client.command("INSERT INTO incident_versions (id, version, job, category, opened_at, updated_at, "
+                             "severity, state, summary, payload) VALUES ('i1', 1, 'j-dotted', 'gpu_off_bus', "
+                             "'2026-01-01 00:00:00', '2026-01-01 00:10:00', 'page', 'open', '', '{}')")
+        own = other.query("SELECT * FROM report_hardware_share(since_ms = 0, until_ms = 1900000000000)")
+        database = other.database
+    assert "." in database and "-" in database
+    with Archive.open(archive_url, live="faultline") as live:
+        args = "since_ms = 0, until_ms = 1900000000000"
+        shown = live.query(f"SELECT * FROM ns_report_hardware_share(db = '{database}', {args})")
+        assert shown == own and shown[0]["job_incidents"] == 1
+        assert live.query(f"SELECT * FROM ns_report_hardware_share(db = '{live.database}', {args})"
+                          )[0]["job_incidents"] == 0
