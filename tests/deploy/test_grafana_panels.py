@@ -10,6 +10,10 @@ grafana/clickhouse-datasource) and the dashboard variables with concrete values.
 Namespaces: the archive keeps each namespace's rows in a database of its own
 (:mod:`sinks.archive.namespaces`), so a dashboard's ``namespace`` variable holds a database and
 every archive object a query reads is qualified with it (`` `${namespace}`.incident_facts ``).
+The operators' questions are parameterized views (``report_*``), and ClickHouse cannot call one
+qualified with a database whose name holds a dot: those panels call the ``ns_report_*`` copies
+in the data source's own database with the namespace's database as ``db``
+(:func:`sinks.archive.migrations.namespace_reports`).
 The broker tests replay one more scenario, its job renamed, into a second namespace and run
 every query for each namespace: a panel shows what its namespace's own database gives, and no
 row of the other's.
@@ -60,11 +64,16 @@ GLOBALS = {"__from", "__to"}  # Grafana's own time range variables, epoch millis
 JOB = "pt-70b"  # the xid79_multi_node scenario's job: signals, an incident, fences and a restart
 NAMESPACE = "namespace"  # the variable that picks a namespace: its value is the namespace's database
 QUALIFIED = "`${namespace}`."  # how a query names the database of an archive object it reads
-# The operators' questions read parameterized views (report_*(since_ms=..., until_ms=...)), and
-# ClickHouse cannot call one qualified with a database whose name holds a dot
-# (`faultline.replay-x`.report_recovery(...) is "Unknown table function"): that dashboard stays
-# on the data source's own database, the live namespace, and says so in its description.
-LIVE_ONLY = {"faultline-questions"}
+# The operators' questions read parameterized views, and ClickHouse cannot call one qualified with
+# a database whose name holds a dot (`faultline.replay-x`.report_recovery(...) is "Unknown table
+# function"): a panel calls the copy in the data source's own database that reads the database
+# its db parameter names, ns_report_recovery(db = ${namespace:sqlstring}, since_ms = ..., ...).
+REPORT_CALL = re.compile(r"\bns_(report_\w+)\(db = \$\{namespace:sqlstring\}, ")
+
+
+def _in_own_database(sql: str) -> str:
+    """``sql`` as run in the namespace's own database: nothing qualified, the report views themselves."""
+    return REPORT_CALL.sub(r"\1(", sql.replace(QUALIFIED, ""))
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -214,7 +223,7 @@ def test_sql_interpolates_variables_as_quoted_strings() -> None:
     identifier format, and the variable's values are the namespace registry's databases (names
     of letters, digits, ``.``, ``_`` and ``-``: :func:`sinks.archive.namespaces.check_namespace`)."""
     for q in QUERIES:
-        sql = q.sql.replace(QUALIFIED, "")
+        sql = _in_own_database(q.sql)
         assert not re.search(r"'\$\{?[A-Za-z]\w*\}?'", sql), q.id
         for var in re.findall(r"\$\{([A-Za-z]\w*)(:\w+)?\}", sql):
             assert var[1] == ":sqlstring", f"{q.id}: ${{{var[0]}{var[1]}}}"
@@ -242,30 +251,31 @@ def _namespace_var(board: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def test_archive_dashboards_pick_a_namespace() -> None:
-    """Every archive dashboard but the live-only ones has a ``namespace`` variable: one namespace at a
-    time (each is a database of its own: no query spans two), from the archive's registry, the live
-    one first so that it is what a dashboard opens on."""
+    """Every archive dashboard has a ``namespace`` variable: one namespace at a time (each is a
+    database of its own: no query spans two), from the archive's registry, the live one first so
+    that it is what a dashboard opens on; the same variable on each."""
+    variables = []
     for path in DASHBOARDS:
         board = _load(path)
         var = _namespace_var(board)
-        if board["uid"] in LIVE_ONLY:
-            assert var is None and "live namespace" in board["description"], board["uid"]
-            continue
         assert var is not None, f"{board['uid']}: no namespace variable"
         assert var["type"] == "query" and var["datasource"] == {"type": PLUGIN, "uid": DATASOURCE_REF}
         assert (var["includeAll"], var["multi"], var["allowCustomValue"]) == (False, False, False), board["uid"]
         assert var["query"] == var["definition"] and "FROM namespaces FINAL" in var["query"], board["uid"]
         names = [v["name"] for v in board["templating"]["list"]]
         assert names.index(NAMESPACE) == names.index("datasource") + 1, board["uid"]  # before what depends on it
+        variables.append(var)
+    assert all(var == variables[0] for var in variables)
 
 
 def test_every_archive_query_reads_the_chosen_namespace() -> None:
     """Each table or view a query reads (after FROM or JOIN) is qualified with the namespace's
-    database; unqualified, it would read the data source's own database whatever was chosen."""
+    database, or is a report view's ``ns_`` copy given that database as ``db``; unqualified, it would
+    read the data source's own database whatever was chosen."""
     for q in QUERIES:
-        if q.dashboard in LIVE_ONLY or q.name == f"${NAMESPACE}":
+        if q.name == f"${NAMESPACE}":
             continue
-        read = re.findall(r"\b(?:FROM|JOIN)\s+(?!\()(\S+)", q.sql)
+        read = re.findall(r"\b(?:FROM|JOIN)\s+(?!\()(\S+)", REPORT_CALL.sub(QUALIFIED + r"\1(", q.sql))
         assert read, q.id
         for name in read:
             assert name.startswith(QUALIFIED) and name != QUALIFIED, f"{q.id}: {name} is not in the chosen namespace"
@@ -324,6 +334,7 @@ def test_pipeline_health_queries_are_valid_promql(tmp_path: Path) -> None:
 
 SECOND = "t-grafana.second"  # the second namespace: a dot in its name, as replays, demos and cells have
 SECOND_JOB = f"{JOB}-b"  # its one job: the xid79_multi_node scenario replayed again, the job renamed
+ALL_JOBS = "(all jobs)"  # report_checkpoint_loss's row over every job
 
 
 @dataclass(frozen=True)
@@ -397,7 +408,7 @@ def outcomes(replayed_archive: Replayed, namespaces: tuple[Namespace, Namespace]
                     assert "$" not in sql, f"{q.id}: unsubstituted macro or variable in {sql}"
                     alone = None
                     if q.name != f"${NAMESPACE}":
-                        alone = _run(own, render(q.sql.replace(QUALIFIED, ""), start, end, interval, {"job": ns.job}))
+                        alone = _run(own, render(_in_own_database(q.sql), start, end, interval, {"job": ns.job}))
                     results[(ns.name, q.id)] = (_run(archive, sql), alone)
     return results
 
@@ -416,8 +427,7 @@ def test_query_runs_and_returns_what_its_panel_expects(query: Query, outcomes: O
 
 
 @pytest.mark.broker
-@pytest.mark.parametrize("query", [q for q in QUERIES if q.dashboard not in LIVE_ONLY],
-                         ids=[q.id for q in QUERIES if q.dashboard not in LIVE_ONLY])
+@pytest.mark.parametrize("query", QUERIES, ids=[q.id for q in QUERIES])
 def test_a_namespace_shows_its_own_rows_and_no_others(query: Query, namespaces: tuple[Namespace, Namespace],
                                                       outcomes: Outcomes) -> None:
     """With one namespace chosen, a panel shows exactly what that namespace's database gives, and
@@ -430,8 +440,8 @@ def test_a_namespace_shows_its_own_rows_and_no_others(query: Query, namespaces: 
         assert other.job not in shown.jobs, f"{ns.name}: rows of {other.name}'s job {other.job}"
         assert shown.result == alone.result, f"{ns.name}: not what its own database holds"
     second, _ = outcomes[(namespaces[1].name, query.id)]
-    assert second.jobs <= {SECOND_JOB}, second.jobs
-    if query.expected["rows"] and query.dashboard == "faultline-incident-timeline":
+    assert second.jobs - {ALL_JOBS} <= {SECOND_JOB}, second.jobs
+    if query.expected["rows"] and query.dashboard in ("faultline-incident-timeline", "faultline-questions"):
         assert second.rows > 0, "no rows of the second namespace's job"
 
 
