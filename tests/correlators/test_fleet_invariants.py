@@ -524,12 +524,15 @@ def test_a_zombie_whose_node_logged_its_own_fault_is_that_fault_and_explains_the
     assert violations(DEAD_ZOMBIE, HOLDING) == []
 
 
-# The soak's find that stays open (FLEET_SEED=20261213, 10,000 examples, trainer 20 s behind): n02 heartbeats every
-# 120 s, last at 03:04:04.7; job1's rank on n02 reports steps until 03:05:30 and step 240 saved at 03:04:14; n02 logs
-# a memory UE at 03:05:36.5 and falls silent. The engine dates the failure from the agent's last heartbeat, so
-# unskewed it passes over step 240 (saved "after the failure") and restarts from 120; with the trainer behind, 240
-# looks saved before and is taken -- right in truth, against the engine's own date. The rule to build: a silent
-# node's failure begins when it was last heard by any of its sources (its ranks' steps, NVML), not its agent alone.
+# The soak's find of a silent node dated too early (FLEET_SEED=20261213, 10,000 examples, trainer 20 s behind): n02
+# heartbeats every 120 s, last at 03:04:04.7; job1's rank on n02 reports steps until 03:05:30 and step 240 saved at
+# 03:04:14; n02 logs a memory UE at 03:05:36.5 and falls silent. The engine dated the failure from the agent's last
+# heartbeat, so unskewed it passed over step 240 (saved "after the failure") and restarted from 120; with the trainer
+# behind, 240 looked saved before and was taken -- right in truth, against the engine's own date. A silent node's
+# failure now begins when it was last heard by any of its sources (LivenessRules._last_heard): 240 either way.
+# FLEET_SEED=20261216 (10,000) then found the trainer behind being that source: its last step stamped 03:15:10 (true
+# 03:15:30) dated n01's failure before the save of step 900 (true 03:15:14); the BMC's SEL of n01's memory at
+# 03:15:36.2 says n01 ran until then, and now dates it (SEL_AFTER_SAVE).
 _J10 = JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=120.0, local=False, resume=None)
 _X50 = FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False)
 SILENT_AFTER_SAVE = FleetPlan(nodes=12, gpus=4, rack=4, duration=900.0, heartbeat=120.0, nvml=120.0, jobs=(
@@ -537,7 +540,15 @@ SILENT_AFTER_SAVE = FleetPlan(nodes=12, gpus=4, rack=4, duration=900.0, heartbea
                                                              dup=False)), skew=('trainer', -20.0))
 
 
-@pytest.mark.xfail(strict=True, reason="issue #25: a silent node's failure is dated from its agent's last heartbeat, "
-                                       "not from the last line any of its sources sent")
 def test_a_silent_node_fails_when_it_was_last_heard_by_any_source() -> None:
     assert violations(SILENT_AFTER_SAVE, HOLDING) == []
+
+
+_X50J1 = FaultPlan(kind='xid', at=0.5, job=1, pick=0, code=0, late=None, dup=False)
+SEL_AFTER_SAVE = FleetPlan(nodes=2, gpus=4, rack=4, duration=1200.0, heartbeat=60.0, nvml=120.0, jobs=(
+    _J300, _J300, _J300), faults=(_X50J1, _X50J1, FaultPlan(kind='sel', at=0.781, job=0, pick=0, code=0, late=None,
+                                                            dup=False)), skew=('trainer', -20.0))
+
+
+def test_a_silent_node_whose_bmc_logged_its_fault_ran_until_then() -> None:
+    assert violations(SEL_AFTER_SAVE, HOLDING) == []
