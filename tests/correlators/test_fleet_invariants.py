@@ -552,3 +552,18 @@ SEL_AFTER_SAVE = FleetPlan(nodes=2, gpus=4, rack=4, duration=1200.0, heartbeat=6
 
 def test_a_silent_node_whose_bmc_logged_its_fault_ran_until_then() -> None:
     assert violations(SEL_AFTER_SAVE, HOLDING) == []
+
+
+# The soak's find on the oracle (FLEET_SEED=20261221, 10,000 examples, trainer 20 s behind): n01 goes down at
+# 03:02:30 with no SEL, and the engine dates the failure from the last step job1's trainer reported, stamped 03:02:10.
+# It restarts from step 120, saved at 03:02:14 in truth -- safe, 16 s before n01 died. The oracle compared that true
+# time with the engine's date, which the trainer's clock made early where nothing could tell: it now takes the
+# failure as no earlier than when a step stamped before its date really happened (_checkpoint_violations).
+NODE_DOWN_BEHIND = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=120.0, jobs=(
+    _J300, _J10, _J300), faults=(FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+                                 FaultPlan(kind='node_down', at=0.25, job=1, pick=0, code=0, late=None, dup=False)),
+    skew=('trainer', -20.0))
+
+
+def test_a_save_is_safe_while_the_job_still_stepped_whatever_the_trainer_clock_said() -> None:
+    assert violations(NODE_DOWN_BEHIND, HOLDING) == []
