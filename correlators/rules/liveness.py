@@ -114,16 +114,13 @@ class LivenessRules:
     def _last_heard(self, node: str, beat: datetime, due: datetime) -> datetime:
         """When ``node`` was last known alive: its agent's last heartbeat, or later where another of its sources
         spoke after it -- an NVML sample of one of its GPUs, a step of a job running on it (a step of a
-        synchronous job is every rank's, this node's included), its BMC's SEL of its own parts -- never after
-        ``due``. A node whose agent beats
+        synchronous job is every rank's, this node's included) -- never after ``due``. Not its BMC: out of band,
+        it logs a SEL of the host's parts whether the host still runs or not. A node whose agent beats
         every two minutes and whose ranks stepped until a second before it died failed then, not at the beat: a
         checkpoint saved in between is a restart point."""
         s = self.state
         nv = s.nvml.get(node)
         heard = [beat] + (list(nv.last.values()) if nv is not None else [])
-        view = s.bmc.get(node)
-        if view is not None and view.node_fault_at is not None and view.node_fault_at >= beat:
-            heard.append(view.node_fault_at)  # its BMC logged its parts failing then: running until that moment
         for job in s.topology.jobs_on(node):
             prog = s.progress.get(job.name)
             if prog is not None and prog.last_step_ts is not None and (
