@@ -101,12 +101,32 @@ class LivenessRules:
         lost_nodes = [node] + (peers if category == "rack_outage" else [])
         for n in lost_nodes:
             last = s.silent.get(n, since)
-            reason = f"node agent silent since {last.isoformat()}"
+            heard = self._last_heard(n, last, due)
+            reason = f"node agent silent since {last.isoformat()}" + (
+                f", the node last heard from at {heard.isoformat()}" if heard > last else "")
+            last = heard
             self.queue.cancel("judge", (n,))
             s.silent.pop(n, None)
             # the fault is as old as the silence: the jobs that failed around then are its victims, however
             # long the agent's cadence made the verdict take
             self.hardware.node_finding(Finding(category, min(last, due), n, reason=f"{category}: {reason}"))
+
+    def _last_heard(self, node: str, beat: datetime, due: datetime) -> datetime:
+        """When ``node`` was last known alive: its agent's last heartbeat, or later where another of its sources
+        spoke after it -- an NVML sample of one of its GPUs, a step of a job running on it (a step of a
+        synchronous job is every rank's, this node's included) -- never after ``due``. Not its BMC: out of band,
+        it logs a SEL of the host's parts whether the host still runs or not. A node whose agent beats
+        every two minutes and whose ranks stepped until a second before it died failed then, not at the beat: a
+        checkpoint saved in between is a restart point."""
+        s = self.state
+        nv = s.nvml.get(node)
+        heard = [beat] + (list(nv.last.values()) if nv is not None else [])
+        for job in s.topology.jobs_on(node):
+            prog = s.progress.get(job.name)
+            if prog is not None and prog.last_step_ts is not None and (
+                    prog.run_started is None or prog.last_step_ts >= prog.run_started):
+                heard.append(prog.last_step_ts)
+        return min(max(heard), due)
 
     # --- the scheduler's view ------------------------------------------------------------
     def _on_node_state(self, e: ev.Event, b: ev.NodeState) -> None:

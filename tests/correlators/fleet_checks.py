@@ -91,6 +91,8 @@ class Watch(_Oracle):
         b, node, job = e.body, e.node, e.job
         if isinstance(b, ev.CheckpointSaved) and job and self.skew and e.source == self.skew[0]:
             self.true_saved[(job, b.step, b.path)] = e.ts - timedelta(seconds=self.skew[1])
+        elif isinstance(b, ev.TrainStep) and job and self.skew and e.source == self.skew[0]:
+            self.true_stepped.setdefault(job, []).append((e.ts, e.ts - timedelta(seconds=self.skew[1])))
         if isinstance(b, ev.Inventory) and node:
             for g in b.gpus:
                 self.uuid[(node, g.index)] = g.uuid or ""

@@ -355,6 +355,25 @@ def psu_sel_redundant_supply() -> tuple[Capture, dict[str, Any]]:
 
 # --- nodes and racks ---------------------------------------------------------------------------------
 @scenario
+def node_down_between_slow_heartbeats_after_a_save() -> tuple[Capture, dict[str, Any]]:
+    """An agent that beats every two minutes; the job's ranks on n2 step, and save at about 914 s, until n2 dies at
+    960 s. The node was alive while its job stepped: the failure is as late as its last step, and the save made
+    after the agent's last beat is the restart point (issue #25: a silent node is dated by any of its sources)."""
+    cap = fleet("n1", "n2", "n3", duration=2100, nvml=None, hb=120.0).job("pt", ["n1", "n2"], interval=300.0)
+    cap.silence(960, "n2")
+    cap.nccl_timeout(1500, "pt", missing=range(8, 16))
+    cap.scheduler(1503, "job_failed", job="pt")
+    ck = cap.checkpoint_step("pt", 960)
+    assert ck is not None and ck != cap.checkpoint_step("pt", 900), "the save must fall after the agent's last beat"
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "node_down", "culprit_node": "n2"}],
+        must=[{"type": "cordon_node", "node": "n2"}, restart("pt", excludes_node="n2", checkpoint_step=ck)],
+        must_not=[{"type": "cordon_node", "node": "n1"}, {"type": "quarantine_gpu"}],
+        unique=[restart("pt")],
+    )
+
+
+@scenario
 def node_down_reboot_needs_approval() -> tuple[Capture, dict[str, Any]]:
     cap = fleet("n1", "n2", "n3", duration=2100).job("pt", ["n1", "n2"])
     cap.silence(900, "n2").bmc_power(930, "n2", on=True).bmc_power(990, "n2", on=True)

@@ -347,6 +347,8 @@ class _Oracle:
     saved: dict[str, list[tuple[int, str | None, datetime]]] = field(default_factory=dict)
     # (job, step, path) -> when a save of a source whose clock the capture skewed really happened
     true_saved: dict[tuple[str, int, str | None], datetime] = field(default_factory=dict)
+    # job -> (stamp, when it happened) of each step of a source whose clock the capture skewed
+    true_stepped: dict[str, list[tuple[datetime, datetime]]] = field(default_factory=dict)
     # job -> (step, path, when, the run that loaded it): a checkpoint a run loaded is a restart point (#25 class 7)
     loads: dict[str, list[tuple[int, str | None, datetime, _Run]]] = field(default_factory=dict)
     failed: dict[str, dict[int, datetime]] = field(default_factory=dict)  # job -> step -> its newest failed write
@@ -489,6 +491,9 @@ def _checkpoint_violations(o: _Oracle, job: str, step: int, path: str | None, f_
               and not run.load_error]
     if not saves:
         return [f"restart of {job} from step {step}, never saved or loaded"]
+    # The job was still running when a step it reported before the failure's date really happened: with its
+    # trainer's clock behind, the engine cannot know that its date is early, and a save before that step is safe.
+    f_at = max([f_at] + [true for stamp, true in o.true_stepped.get(job, []) if stamp <= f_at])
     # saved before the failure began, or by a run that started after it (the job ran again in between)
     rerun = [r.start for r in o.runs.get(job, []) if r.start > f_at]
     before = [t for t in saves if t <= f_at or (rerun and t >= min(rerun))]
