@@ -95,9 +95,12 @@ class CheckpointBook:
                     ck.state, ck.why = "abandoned", f"a later run saved step {step} after it"
         self.saved.append(SavedCheckpoint(step, path, ts, node, local))
 
-    def on_failed(self, step: int | None, path: str | None) -> None:
-        """A write reported failed: a save of that step (or path) is no checkpoint."""
+    def on_failed(self, step: int | None, path: str | None, ts: datetime | None = None) -> None:
+        """A write reported failed (at ``ts``): a save of that step (or path) by then is no checkpoint. A save of it
+        made after the failed write stands, however late the failure's report arrives."""
         for ck in self.saved:
+            if ts is not None and ck.ts > ts:
+                continue
             if ck.state == "valid" and ((path is not None and ck.path == path) or (step is not None and ck.step == step)):
                 ck.state, ck.why = "failed", "its write failed"
 

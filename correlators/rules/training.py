@@ -349,7 +349,7 @@ class TrainingRules:
                 and book.run_started is not None and e.ts >= book.run_started:
             book.loaded_failed(b.error[:200] or "the trainer reported it failed")  # a load, not a write
             return
-        book.on_failed(b.step, b.path)
+        book.on_failed(b.step, b.path, e.ts)
         prog.checkpoint_failures += 1
         self.held.failed(e.job, Finding("checkpoint_failure", e.ts, None, [],
                                         f"checkpoint write failed at step {b.step}: {b.error[:200]}", e.id), b.error)

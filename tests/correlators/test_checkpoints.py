@@ -51,6 +51,16 @@ def test_a_failed_write_and_a_failed_load_are_no_restart_points() -> None:
     assert [(k.step, "load" in k.why) for k in skipped] == [(200, True)]  # the failed write is no candidate at all
 
 
+def test_a_save_made_after_a_failed_write_stands_however_late_the_failure_is_reported() -> None:
+    """The soak's find (FLEET_SEED=20261243): a write of step 200 failed at 150 s, the step was saved at 200 s, and
+    the failure's report arrived after that save. The save came after the failed write: it is the restart point."""
+    book = _book(100, 200)
+    book.on_failed(200, None, at(150))
+    assert book.restart_point(set())[0].step == 200  # type: ignore[union-attr]
+    book.on_failed(200, None, at(250))  # a failure of it after the save: no checkpoint any more
+    assert book.restart_point(set())[0].step == 100  # type: ignore[union-attr]
+
+
 def test_node_local_checkpoints_die_with_their_node_and_later_ones_are_not_trusted() -> None:
     book = CheckpointBook()
     book.on_saved(at(100), 100, "/ck/100", "n1", False)
