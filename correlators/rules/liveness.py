@@ -101,15 +101,14 @@ class LivenessRules:
         lost_nodes = [node] + (peers if category == "rack_outage" else [])
         for n in lost_nodes:
             last = s.silent.get(n, since)
-            heard = self._last_heard(n, last, due)
+            heard = self._last_heard(n, last, due)  # never after due
             reason = f"node agent silent since {last.isoformat()}" + (
                 f", the node last heard from at {heard.isoformat()}" if heard > last else "")
-            last = heard
             self.queue.cancel("judge", (n,))
             s.silent.pop(n, None)
             # the fault is as old as the silence: the jobs that failed around then are its victims, however
             # long the agent's cadence made the verdict take
-            self.hardware.node_finding(Finding(category, min(last, due), n, reason=f"{category}: {reason}"))
+            self.hardware.node_finding(Finding(category, heard, n, reason=f"{category}: {reason}"))
 
     def _last_heard(self, node: str, beat: datetime, due: datetime) -> datetime:
         """When ``node`` was last known alive: its agent's last heartbeat, or later where another of its sources
