@@ -47,6 +47,7 @@ class SavedCheckpoint:
     state: State = "valid"
     why: str = ""
     origin: Literal["saved", "loaded"] = "saved"  # "loaded": known only from the run that loaded it
+    heard: Instant | None = None  # the cell's clock when its report arrived, kept when its source lags the cell
 
 
 @dataclass
@@ -87,13 +88,16 @@ class CheckpointBook:
         if ts is not None and not any(ck.step == step for ck in self.saved):
             self.saved.append(SavedCheckpoint(step, path, ts, node, local, origin="loaded"))
 
-    def on_saved(self, ts: datetime, step: int, path: str | None, node: str | None, local: bool) -> None:
+    def on_saved(self, ts: datetime, step: int, path: str | None, node: str | None, local: bool,
+                 heard: datetime | None = None) -> None:
+        """A save reported, stamped ``ts``; ``heard``: the cell's clock when the report arrived, given when its
+        source runs behind the cell (:meth:`correlators.clock.CellClock.lags`)."""
         started = self.run_started
         if started is not None:
             for ck in self.saved:  # this run went back to before them without saying: a new lineage
                 if ck.state == "valid" and ck.step >= step and ck.ts < started:
                     ck.state, ck.why = "abandoned", f"a later run saved step {step} after it"
-        self.saved.append(SavedCheckpoint(step, path, ts, node, local))
+        self.saved.append(SavedCheckpoint(step, path, ts, node, local, heard=heard))
 
     def on_failed(self, step: int | None, path: str | None, ts: datetime | None = None) -> None:
         """A write reported failed (at ``ts``): a save of that step (or path) by then is no checkpoint. A save of it
@@ -125,10 +129,14 @@ class CheckpointBook:
         """The newest valid checkpoint saved by ``failure_at`` (or within ``rerun``: by a run that began after
         it, up to that run's own failure) outside the failure domain of ``lost_nodes`` (fenced or left out), and
         the newer ones passed over (failed to load, or only on a lost node's local storage). One completed by
-        the failing run after the failure began may hold its damage: it is passed over silently."""
+        the failing run after the failure began may hold its damage: it is passed over silently. A save is
+        after the failure by its stamp, or, when its source lags the cell (``heard`` kept), by its report
+        arriving once the cell's clock had reached the failure: a trainer 20 s slow stamps a save made 4 s
+        after an XID 16 s before it, and only its arrival, after the XID's, tells."""
         skipped: list[Skipped] = []
         for ck in sorted(self.saved, key=lambda c: (c.step, c.ts), reverse=True):
-            if failure_at is not None and ck.ts > failure_at and not (rerun and rerun[0] <= ck.ts <= rerun[1]):
+            after = failure_at is not None and (ck.ts > failure_at or (ck.heard is not None and ck.heard >= failure_at))
+            if after and not (rerun and rerun[0] <= ck.ts <= rerun[1]):
                 continue
             if ck.state == "valid" and not (ck.local and ck.node in lost_nodes):
                 return ck, skipped

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from correlators.attribution import exit_category
+from correlators.clock import source_key
 from correlators.findings import HARDWARE_CATEGORIES, Finding
 from correlators.job_progress import JobProgress
 from correlators.lifecycle import DONE, IncidentLifecycle
@@ -331,8 +332,10 @@ class TrainingRules:
     def _on_checkpoint_saved(self, e: ev.Event, b: ev.CheckpointSaved) -> None:
         if not e.job:
             return
-        self.state.job_progress(e.job).on_checkpoint_saved(e.ts, b.step, b.path, e.node, self._node_local(b.path),
-                                                           b.seconds)
+        s = self.state  # a lagging source's save is also dated by when the cell heard of it (CheckpointBook)
+        heard = s.clock if s.sources.lags(source_key(e.node, e.source)) else None
+        s.job_progress(e.job).on_checkpoint_saved(e.ts, b.step, b.path, e.node, self._node_local(b.path),
+                                                  b.seconds, heard)
         for cat in ("checkpoint_failure", "checkpoint_stale"):
             inc = self.state.condition(e.job, None, cat)
             if inc is not None and inc.state not in DONE:

@@ -221,6 +221,10 @@ def _newest(w: Watch, job: str, cmd: Command, inc: Incident, ex_nodes: set[str])
         if not (at <= f_at or (runs and at >= min(runs))) or step in failed and failed[step] >= at \
                 or step in bad_load:
             continue
+        # stamped before the failure by a trainer whose clock is behind, yet made after it: no restart point
+        # (_checkpoint_violations calls it unsafe), and an engine that knows its source lags sees it
+        if w.true_saved.get((job, step, path), at) > f_at and not (runs and at >= min(runs)):
+            continue
         node = w.writer.get((job, step))
         if path and any(path.startswith(p) for p in local) and node and (node in ex_nodes or node in w.fenced_nodes):
             continue

@@ -61,6 +61,22 @@ def test_a_save_made_after_a_failed_write_stands_however_late_the_failure_is_rep
     assert book.restart_point(set())[0].step == 100  # type: ignore[union-attr]
 
 
+def test_a_save_of_a_lagging_source_heard_once_the_cell_reached_the_failure_is_after_it() -> None:
+    """A trainer 20 s slow: its save made 4 s after a failure at 300 s is stamped 284 s, and arrives with the cell's
+    clock already at the failure. By its stamp it is before; by when the cell heard of it, it is not. A save of
+    the same source heard before the failure stands; and a source in step keeps its stamp (``heard`` None)."""
+    book = _book(100)  # step 100 stamped 100 s
+    book.on_saved(at(284), 200, "/ck/200", "n1", False, heard=at(300))
+    ck, _ = book.restart_point(set(), at(300))
+    assert ck is not None and ck.step == 100
+    book.on_saved(at(270), 150, "/ck/150", "n1", False, heard=at(289))  # made at 290 s: before the failure
+    ck, _ = book.restart_point(set(), at(300))
+    assert ck is not None and ck.step == 150
+    book = _book(100)
+    book.on_saved(at(284), 200, "/ck/200", "n1", False)  # nothing says its source lags: its stamp decides
+    assert book.restart_point(set(), at(300))[0].step == 200  # type: ignore[union-attr]
+
+
 def test_node_local_checkpoints_die_with_their_node_and_later_ones_are_not_trusted() -> None:
     book = CheckpointBook()
     book.on_saved(at(100), 100, "/ck/100", "n1", False)

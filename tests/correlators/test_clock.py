@@ -166,6 +166,25 @@ def test_an_honest_source_between_heartbeats_is_judged_at_its_own_time() -> None
     assert placed == at(500) and c.screened == 0
 
 
+def test_a_source_behind_the_cell_within_the_tolerance_lags_and_one_late_line_does_not() -> None:
+    """A trainer 20 s slow is never screened (within the tolerance) but arrives behind the clock the agents keep:
+    it lags the cell (:meth:`CellClock.lags`), so when the cell heard of its saves dates them. A trainer in step
+    does not lag, nor does it when one of its lines (a failed write reported late) arrives 20 s late."""
+    c = CellClock()
+    clock: datetime | None = None
+    for t in range(0, 300, 10):
+        for n in ("n1", "n2", "n3"):
+            clock, _ = c.arrive(f"{n}|node_agent", at(t + 0.1 * int(n[1])), clock, TOL)
+        clock, placed = c.arrive("n1|trainer", at(t + 5 - 20), clock, TOL)
+        assert placed == at(t - 15)  # judged at its stamp: within the tolerance
+        clock, _ = c.arrive("n2|trainer", at(t + 5), clock, TOL)
+        if t == 150:
+            clock, _ = c.arrive("n2|trainer", at(t - 15), clock, TOL)
+    assert c.screened == 0
+    assert c.lags("n1|trainer") and not c.lags("n2|trainer") and not c.lags("n1|node_agent")
+    assert not c.lags("n9|trainer") and not c.lags(None)
+
+
 def test_without_a_periodic_source_the_newest_stamp_is_the_clock() -> None:
     """A scheduler and trainers only (the lemons' histories): hours between lines are a gap, never a skew."""
     c = CellClock()

@@ -582,8 +582,6 @@ XID_BEFORE_LATE_SAVE = FleetPlan(nodes=2, gpus=4, rack=4, duration=900.0, heartb
     FaultPlan(kind='xid_idle', at=0.344, job=0, pick=0, code=0, late=None, dup=False)), skew=('trainer', -20.0))
 
 
-@pytest.mark.xfail(strict=True, reason="issue #25: a save stamped before a failure by a trainer whose clock is behind, "
-                                       "reported after the failure arrived, is taken by its stamp")
 def test_a_save_reported_after_the_failure_arrived_is_judged_by_its_source_s_lag() -> None:
     assert violations(XID_BEFORE_LATE_SAVE, HOLDING) == []
 
