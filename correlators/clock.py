@@ -52,7 +52,9 @@ of its own). The rule, over (source key, event time, arrival order) and nothing 
   ``SourceClockSkewed``).
 * **Lagging sources.** A source behind the cell by less than the reach (a trainer 20 s slow) is never
   screened: its stamps are judged as written. But it *lags*: ``LAGGING`` (3) of its last ``LAG_LINES``
-  (8) lines arrived with the clock more than ``LAG`` (1 s) past their stamps (:meth:`CellClock.lags`).
+  (8) lines arrived with the vote more than ``LAG`` (1 s) past their stamps (:meth:`CellClock.lags`) --
+  the voters' time, not the clock, which a source ahead within the reach (NVML 45 s fast) may lead,
+  and every source in step would then look behind.
   Where order against a failure decides (is a save before it? :mod:`correlators.checkpoints`), such a
   line is also dated by the clock it arrived at: a save made 4 s after an XID by a trainer 20 s slow is
   stamped 16 s before it, and only its arrival after the XID tells. One late line is not a lagging source.
@@ -81,7 +83,7 @@ RECOMPUTE_PER = 16  # the vote is recomputed every sources // this arrivals
 LEAD = 0.5  # the reach is the voters' cadence plus this share of the tolerance (and never under the tolerance)
 QUORUM = 3  # live clock domains needed before a lone newest one is outvoted
 COLD = 6  # until the voters' cadence is known, it is taken as this many tolerances (3 minutes at 30 s)
-LAG = timedelta(seconds=1)  # a line stamped this far behind the clock when it arrived arrived behind it...
+LAG = timedelta(seconds=1)  # a line stamped this far behind the vote when it arrived arrived behind the cell...
 LAG_LINES, LAGGING = 8, 3  # ...and a source with this many of its last LAG_LINES lines so runs behind the cell
 
 
@@ -105,7 +107,7 @@ class SourceMark:
     skew_s: float = 0.0  # when last screened
     last_screened: int = 0  # the arrival at which a line of it was last screened
     outvoted: bool = False  # a voter alone ahead of the others: its mark is not the vote
-    behind: int = 0  # its last ``LAG_LINES`` lines, a bit each (newest lowest): arrived ``LAG`` behind the clock
+    behind: int = 0  # its last ``LAG_LINES`` lines, a bit each (newest lowest): arrived ``LAG`` behind the vote
 
 
 @dataclass
@@ -147,11 +149,11 @@ class CellClock:
         if key is not None:
             self._heard(key, ts, reach)
         src = None if key is None else self.sources[key]
-        if src is not None:
-            late = clock is not None and clock - ts > LAG
-            src.behind = ((src.behind << 1) | late) & ((1 << LAG_LINES) - 1)
         was = 0.0 if src is None or src.last_screened != src.heard_before or not src.heard_before else src.skew_s
         vote = self._voted(reach)
+        if src is not None:  # behind the voters' time, not the clock: a source ahead within the reach moves that
+            ref = vote if vote is not None else clock
+            src.behind = ((src.behind << 1) | (ref is not None and ref - ts > LAG)) & ((1 << LAG_LINES) - 1)
         reach = self.reach(tolerance_s)  # the vote may have learned the cadence
         ahead = tol * LEAD if was > 0 else reach
         if vote is not None and ts > vote + ahead:  # ahead of the vote by more than the reach: it moves nothing
@@ -167,9 +169,10 @@ class CellClock:
 
     def lags(self, key: str | None) -> bool:
         """Whether source ``key`` runs behind the cell: ``LAGGING`` of its last ``LAG_LINES`` lines arrived with the
-        clock already ``LAG`` past their stamps. Its clock is behind (a trainer 20 s slow, within the tolerance
-        and so never screened), or its lines come late as a rule: either way, when the cell heard of a line of
-        it says more of when it happened than its stamp does. One late line is not a lagging source."""
+        vote (the clock where no voter is live) already ``LAG`` past their stamps. Its clock is behind (a trainer
+        20 s slow, within the tolerance and so never screened), or its lines come late as a rule: either way,
+        when the cell heard of a line of it says more of when it happened than its stamp does. One late line is
+        not a lagging source."""
         src = None if key is None else self.sources.get(key)
         return src is not None and src.behind.bit_count() >= LAGGING
 

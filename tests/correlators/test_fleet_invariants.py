@@ -586,6 +586,21 @@ def test_a_save_reported_after_the_failure_arrived_is_judged_by_its_source_s_lag
     assert violations(XID_BEFORE_LATE_SAVE, HOLDING) == []
 
 
+# The soak's find on the lag rule itself (FLEET_SEED=20261301, every NVML 45 s ahead, within the reach of 60 s
+# heartbeats): NVML moved the cell's clock 45 s past every other source, so a rule that measured lag against the
+# clock took every trainer in step for a lagging one and dated job2's step 200, saved well before its XID, by the
+# clock it arrived at: the restart went back to step 100. Lag is measured against the voters' time (the agents').
+NVML_AHEAD = FleetPlan(nodes=3, gpus=4, rack=4, duration=900.0, heartbeat=60.0, nvml=120.0, jobs=(
+    _J300, _J300, JobPlan(nodes=1, half=False, elastic=None, every=30.0, interval=300.0, local=False, resume=None)),
+    faults=(FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+            FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+            FaultPlan(kind='xid', at=0.688, job=2, pick=0, code=0, late=None, dup=False)), skew=('nvml', 45.0))
+
+
+def test_a_source_ahead_within_the_reach_makes_no_trainer_in_step_a_lagging_one() -> None:
+    assert violations(NVML_AHEAD, HOLDING) == []
+
+
 # The soak's find that stays open (FLEET_SEED=20261233, 10,000 examples, no skew): two checkpoint-write crashes on
 # n01, at 74 s and 226 s. The builder applies faults in the plan's order, so the later one was built while job0 still
 # ran and its rank reports a failed write at 03:03:47 though the earlier crash stopped the job at 03:01:14; the first
