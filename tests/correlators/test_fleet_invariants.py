@@ -29,6 +29,7 @@ from typing import Any
 
 import fleet_checks
 import pytest
+from builder import Capture, at_iso
 from fleet import FaultPlan, FleetPlan, JobPlan, build, fleets, storm_fleets
 from fleet_checks import INVARIANTS, evaluate
 from hypothesis import HealthCheck, example, given, seed, settings
@@ -85,7 +86,9 @@ def test_the_standing_names_every_invariant_once() -> None:
     JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),), faults=(
     FaultPlan(kind='ckpt_crash', at=0.125, job=0, pick=0, code=0, late=None, dup=False),), skew=None))
 # the write fails 2 s after a second root cause (XID 79 on the other node) joins the job's incident, which opened
-# 2.5 min before: the second cause explains it (consequence)
+# 2.5 min before: the second cause explains it (consequence). That write came from a job the first XID's crash had
+# stopped at 301.5 s; built in time order, a stopped job writes nothing (fleet._running), so this plan no longer
+# reports it and no longer holds that case: it stays for its other faults.
 @example(FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=300.0, jobs=(
     JobPlan(nodes=2, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),
     JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),
@@ -179,6 +182,8 @@ def test_the_same_bytes_decide_the_same_run_again(plan: FleetPlan) -> None:
     FaultPlan(kind='ckpt_fail', at=0.25, job=0, pick=0, code=0, late=None, dup=False),), skew=None))
 # The soak's second find: n01's SEL takes the job's incident over 2 min after the XID 79 that opened it, and a write
 # fails 3 s after that SEL: measured from the incident's opening only, the write was a checkpoint_failure of its own.
+# That write came from a job the first XID's crash had stopped at 31.6 s; a stopped job now writes nothing
+# (fleet._running), so this plan no longer reports it and no longer holds that case: it stays for its other faults.
 @example(FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=120.0, jobs=(
     JobPlan(nodes=2, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),
     JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),
@@ -408,6 +413,13 @@ def test_the_generator_writes_what_the_plan_says() -> None:
     assert len(idle) == 1 and idle[0]["node"] in {"n03", "n04"}
 
 
+def test_a_gpu_off_the_bus_stays_off_through_a_second_xid_79() -> None:
+    cap = Capture(duration=600.0).node("n1", gpus=4).nvml(30.0)
+    cap.xid(200.0, "n1", 0, 79).xid(300.0, "n1", 0, 79)  # built in either order, it fell off at 200 s
+    seen = [x["ts"] for x in map(json.loads, cap.lines()) if x["source"] == "nvml" and x["gpu"]["index"] == 0]
+    assert seen and max(seen) < at_iso(200.0)
+
+
 
 # The soak's find (FLEET_SEED=20261205, 8,000 examples), a misreading of the oracle's: a DBE on GPU 1 opens job0's
 # memory-fault incident; XIDs 74 and 79 on GPU 0 join it as a second culprit (fenced for gpu_off_bus, its own cause)
@@ -604,6 +616,14 @@ TWO_CKPT_CRASHES = FleetPlan(nodes=2, gpus=4, rack=4, duration=1200.0, heartbeat
                                        "second crash of the same node follows")
 def test_two_crashes_of_one_node_during_writes_are_one_hardware_fault() -> None:
     assert violations(TWO_CKPT_CRASHES, HOLDING) == []
+
+
+def test_the_generator_builds_faults_in_time_order_and_a_stopped_job_writes_nothing() -> None:
+    lines = [json.loads(x) for x in build(TWO_CKPT_CRASHES).lines()]
+    first, second = sorted(f.at * TWO_CKPT_CRASHES.duration for f in TWO_CKPT_CRASHES.faults)
+    failed = [x["ts"] for x in lines if x.get("event") == "checkpoint_failed"]
+    assert failed == [at_iso(first + 2.0)]  # the first crash's write; the job it stopped writes nothing after
+    assert [x["ts"] for x in lines if "sel" in x] == [at_iso(first - 0.5), at_iso(second - 0.5)]  # both UEs logged
 
 
 # The soak's find (FLEET_SEED=20261243, 10,000 examples): job0 steps every 180 s and saves each step; a write of step
