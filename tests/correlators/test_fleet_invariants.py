@@ -600,20 +600,22 @@ def test_a_save_reported_after_the_failure_arrived_is_judged_by_its_source_s_lag
     assert violations(XID_BEFORE_LATE_SAVE, HOLDING) == []
 
 
-# The soak's find that stays open (FLEET_SEED=20261233, 10,000 examples, no skew): two checkpoint-write crashes on
-# n01, at 74 s and 226 s. The builder applies faults in the plan's order, so the later one was built while job0 still
-# ran and its rank reports a failed write at 03:03:47 though the earlier crash stopped the job at 03:01:14; the first
-# failed write (03:01:16, EIO, 2.5 s after n01's memory UE) then pages storage as a checkpoint_failure of its own
-# beside the node_hardware_fault incident. Both the builder's order and the engine's hold of that first write are
-# to be looked at.
+# The soak's find (FLEET_SEED=20261233, 10,000 examples, no skew): two checkpoint-write crashes on n01, at 74 s and
+# 226 s. Two things were wrong. The generator built faults in the plan's order, so the later crash was built while
+# job0 still ran and its rank reported a failed write at 03:03:47, though the earlier crash had stopped the job at
+# 03:01:14: a job that is stopped writes nothing. Faults are now built in time order and a write fails only in a
+# running job (fleet.build, fleet._running). The sane capture still paged storage: the BMC's view of n01 kept only its
+# newest fault, so the second UE (03:03:45) hid the first, the failed write (03:01:16, EIO, 2.5 s after the first UE)
+# no longer waited for n01's verdict and became a checkpoint_failure of its own, and the restart dated n01's fault at
+# the second UE. The view now keeps each fault of the node's own parts (BmcView.node_faults): the write waits for the
+# fault beside it (node_parts.unjudged_fault), the restart blames the first fault in the failure's window
+# (node_parts.failed_parts), and the write is that node_hardware_fault's evidence.
 TWO_CKPT_CRASHES = FleetPlan(nodes=2, gpus=4, rack=4, duration=1200.0, heartbeat=60.0, nvml=120.0, jobs=(_J300,),
                              faults=(FaultPlan(kind='ckpt_crash', at=0.188, job=0, pick=0, code=0, late=None, dup=False),
                                      FaultPlan(kind='ckpt_crash', at=0.062, job=0, pick=0, code=0, late=None,
                                                dup=False)), skew=None)
 
 
-@pytest.mark.xfail(strict=True, reason="issue #25 class 5: a write that failed as its node died pages storage when a "
-                                       "second crash of the same node follows")
 def test_two_crashes_of_one_node_during_writes_are_one_hardware_fault() -> None:
     assert violations(TWO_CKPT_CRASHES, HOLDING) == []
 
