@@ -185,6 +185,7 @@ def exit_category(kind: str) -> str | None:
 
 
 BMC_GAPS = 16  # a BMC's poll interval is the median of this many gaps between its reports
+NODE_FAULTS = 16  # the faults of a node's own parts its view keeps (a node that keeps logging them: the newest)
 
 
 @dataclass
@@ -199,6 +200,9 @@ class BmcView:
     hardware_at: Instant | None = None  # the newest hardware SEL (or machine check) it, or the kernel, logged
     node_fault_at: Instant | None = None  # ...of the node's own parts (CPU, memory, board): not a power supply
     node_fault: str = ""  # what that newest one was, for the incident's text
+    # every fault of its own parts, (when, what), as they came: a second SEL does not hide the first
+    node_faults: Annotated[deque[tuple[Instant, str]], Bounded(NODE_FAULTS)] = field(
+        default_factory=lambda: deque(maxlen=NODE_FAULTS))
 
     def report(self, ts: datetime) -> None:
         """One report (power, SEL line, failed poll) at ``ts``: the newest heard, and the poll cadence."""
@@ -213,8 +217,22 @@ class BmcView:
     def hardware_fault(self, component: str, line: str, ts: datetime) -> None:
         self.hardware_sel.append((component, line))
         self.hardware_at = ts if self.hardware_at is None else max(self.hardware_at, ts)
-        if component != "power_supply" and (self.node_fault_at is None or ts >= self.node_fault_at):
+        if component == "power_supply":
+            return
+        self.node_faults.append((ts, component))
+        if self.node_fault_at is None or ts >= self.node_fault_at:
             self.node_fault_at, self.node_fault = ts, component
+
+    def node_fault_near(self, at: datetime, lookback_s: float) -> tuple[datetime, str] | None:
+        """The fault of the node's own parts nearest ``at``, within ``lookback_s`` of it either way (the
+        consequence is often logged first), or None: a newer fault does not hide the one near ``at``."""
+        near = [(abs((ts - at).total_seconds()), ts, what) for ts, what in self.node_faults
+                if abs((ts - at).total_seconds()) <= lookback_s]
+        return min(near)[1:] if near else None
+
+    def first_node_fault(self, since: datetime) -> tuple[datetime, str] | None:
+        """The earliest fault of the node's own parts at or after ``since`` (the one that began what followed)."""
+        return min(((ts, what) for ts, what in self.node_faults if ts >= since), default=None)
 
 
 def silence_category(bmc: BmcView, rack_peers_lost: int) -> str:

@@ -10,8 +10,10 @@ moment, the restart, looks once more: :func:`failed_parts` names each node of th
 fenced yet, whose BMC (or kernel) logged a fault of its own parts within ``hardware_lookback_s`` before
 the failure or since (the window the restart gate suspects a node in), or earlier but its agent has said
 nothing since (a SEL an hour old on a node that kept heartbeating blames nothing), as a
-``node_hardware_fault`` finding; the lifecycle takes it like any hardware evidence (fenced by its
-category's rule, the restart leaves the node out).
+``node_hardware_fault`` finding dated by the first such fault in the window (a dead node's BMC may log
+again: the later SEL hides neither the earlier one nor what that one explains, issue #25 class 5); the
+lifecycle takes it like any hardware evidence (fenced by its category's rule, the restart leaves the node
+out).
 """
 
 from __future__ import annotations
@@ -38,8 +40,7 @@ def unheard_since(state: EngineState, node: str, at: datetime) -> bool:
 def unjudged_fault(state: EngineState, node: str, near: datetime, lookback_s: float) -> bool:
     """Did ``node``'s own parts fail within ``lookback_s`` of ``near``, and is it not fenced yet (a verdict to come)?"""
     view = state.bmc.get(node)
-    at = view.node_fault_at if view is not None else None
-    return at is not None and abs((at - near).total_seconds()) <= lookback_s and not state.ledger.is_fenced(node)
+    return view is not None and view.node_fault_near(near, lookback_s) is not None and not state.ledger.is_fenced(node)
 
 
 def failed_parts(state: EngineState, inc: OpenIncident, lookback_s: float) -> list[Finding]:
@@ -52,11 +53,15 @@ def failed_parts(state: EngineState, inc: OpenIncident, lookback_s: float) -> li
     out = []
     for node in job.nodes:
         view = state.bmc.get(node)
-        at: datetime | None = view.node_fault_at if view is not None else None
-        if view is None or at is None or state.ledger.is_fenced(node) or at < since and not unheard_since(state, node, at):
+        if view is None or view.node_fault_at is None or state.ledger.is_fenced(node):
+            continue
+        # the first fault in the window began it (a later SEL of the same dead node does not redate it); before
+        # the window, only the newest, and only when the node has said nothing since
+        at, what = view.first_node_fault(since) or (view.node_fault_at, view.node_fault)
+        if at < since and not unheard_since(state, node, at):
             continue
         out.append(Finding("node_hardware_fault", at, node,
-                           reason=f"node_hardware_fault: a {view.node_fault} fault logged on {node} at {human(at)}, "
+                           reason=f"node_hardware_fault: a {what} fault logged on {node} at {human(at)}, "
                                   f"near the failure of {job.name}: fenced before its restart",
                            evidence=None))
     return out

@@ -324,7 +324,7 @@ class Capture:
         msg = f"NVRM: Xid ({self.kernel_pci(gpu)}): {code}, {fields}{text or desc}"
         o = self._add(at, "kernel", node=node, line=self._kernel_prefix(at, node, prefix) + msg)
         if code == 79:
-            self._gone[(node, gpu)] = at
+            self._fall_off(node, gpu, at)
         return self._inject([o])
 
     def kernel(self, at: float, node: str, message: str, prefix: str = "") -> Capture:
@@ -344,7 +344,12 @@ class Capture:
 
     def vanish(self, at: float, node: str, gpu: int) -> Capture:
         """The GPU stops appearing in NVML from ``at`` (off the bus, and no kernel line says so)."""
-        self._gone[(node, gpu)] = at
+        return self._fall_off(node, gpu, at)
+
+    def _fall_off(self, node: str, gpu: int, at: float) -> Capture:
+        """The GPU is gone from NVML from ``at``, or from when it first fell off: a GPU off the bus stays off
+        (a second XID 79 on it does not bring back the samples between the two)."""
+        self._gone[(node, gpu)] = min(at, self._gone.get((node, gpu), at))
         return self
 
     def spin(self, at: float, job: str, util: float = 100.0, power: float = 140.0) -> Capture:

@@ -172,7 +172,9 @@ def _place(plan: FleetPlan) -> list[tuple[str, dict[str, list[int]], JobPlan]]:
 
 
 def build(plan: FleetPlan) -> Capture:
-    """The capture ``plan`` describes (call ``.lines()`` on it)."""
+    """The capture ``plan`` describes (call ``.lines()`` on it). Faults happen in time order (the plan's order
+    among those at the same moment): a fault sees the jobs as its earlier ones left them -- stopped by a crash,
+    restarted by a breach -- and not as later ones will."""
     cap = FleetCapture(duration=plan.duration)
     cap.nvml_nodes, cap.elastic = set(), {}
     for k, name in enumerate(plan.names):
@@ -195,7 +197,7 @@ def build(plan: FleetPlan) -> Capture:
             for i, line in enumerate(launch_lines(elastic[0] // nproc, elastic[1] // nproc, nproc, name)):
                 cap.framework(11.0 + 0.001 * i, name, 0, line)
     jobs = [(name, alloc) for name, alloc, _ in placed]
-    for f in plan.faults:
+    for f in sorted(plan.faults, key=lambda f: f.at):  # in time order: each sees the fleet as it was at its moment
         if jobs:
             _fault(cap, plan, f, jobs)
             if f.late is not None:
@@ -211,6 +213,11 @@ def _idle_gpu(cap: Capture, plan: FleetPlan, pick: int) -> tuple[str, int] | Non
     used = {(n, g) for j in cap.jobs.values() for n, gs, _ in j.alloc for g in gs}
     idle = [(n, g) for n in plan.names for g in range(plan.gpus) if (n, g) not in used]
     return idle[pick % len(idle)] if idle else None
+
+
+def _running(cap: Capture, job: str, t: float) -> bool:
+    """Whether a run of ``job`` is going at ``t``: only a running rank writes a checkpoint, or reports one failed."""
+    return any(seg["start"] <= t and (seg["stop"] is None or t < seg["stop"]) for seg in cap.jobs[job].segments)
 
 
 def _fault(cap: FleetCapture, plan: FleetPlan, f: FaultPlan, jobs: list[tuple[str, dict[str, list[int]]]]) -> None:
@@ -267,7 +274,8 @@ def _fault(cap: FleetCapture, plan: FleetPlan, f: FaultPlan, jobs: list[tuple[st
     elif k == "exception":
         cap.exception(t, job, rank).crash(t + 0.5, job, rank, error="ValueError: expected a batch of 16")
     elif k == "ckpt_fail":
-        cap.checkpoint_failed(t, job, (cap.checkpoint_step(job, t) or 0) + 10)
+        if _running(cap, job, t):  # a job an earlier fault stopped is writing nothing
+            cap.checkpoint_failed(t, job, (cap.checkpoint_step(job, t) or 0) + 10)
     elif k == "ckpt_stale":
         cap.stop_checkpoints(job, t)
     elif k == "hang":
@@ -305,8 +313,10 @@ def _compound(cap: FleetCapture, plan: FleetPlan, f: FaultPlan, job: str, alloc:
             cap.crash(again + 25.0, job, rank)
     elif k == "ckpt_crash":
         step = (cap.checkpoint_step(job, t) or 0) + 10
+        writing = _running(cap, job, t)  # a job an earlier fault stopped is writing nothing
         cap.sel(t - 0.5, node, "memory").silence(t, node).bmc_power(t + 20, node)
-        cap.checkpoint_failed(t + 2.0, job, step, error="OSError: [Errno 5] Input/output error")
+        if writing:
+            cap.checkpoint_failed(t + 2.0, job, step, error="OSError: [Errno 5] Input/output error")
     elif k == "cancel":
         cap.scheduler(t, "job_cancelled", job=job)
     elif k == "vanish":

@@ -1,0 +1,71 @@
+"""A node whose own parts failed: a second fault it logs hides neither the first nor what the first explains.
+
+The derandomised fleet's find (issue #25 class 5): n01 logs a memory UE at 74 s and dies during a checkpoint write,
+which fails with EIO 2.5 s later; its BMC logs a second UE at 225 s. Kept only as the newest, the second fault made
+the first disappear: the held write no longer waited for n01's verdict and paged storage, and the restart dated the
+node's fault 2.5 min after the failure it began.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from correlators.attribution import BmcView
+from correlators.incident_state import OpenIncident
+from correlators.node_parts import failed_parts, unjudged_fault
+from correlators.state import EngineState, Heartbeat
+from streams.events import JobStarted, RankAllocation
+
+T = datetime(2026, 4, 22, 3, tzinfo=UTC)
+LOOKBACK = 120.0
+
+
+def _at(s: float) -> datetime:
+    return T + timedelta(seconds=s)
+
+
+def _twice_failed() -> EngineState:
+    """job0 on n01's four GPUs; n01's agent is last heard at 61 s, its BMC logs a memory UE at 73.9 s and another
+    at 225.1 s."""
+    state = EngineState()
+    state.heartbeat["n01"] = Heartbeat(last=_at(61.0))
+    state.topology.apply_job_started("job0", JobStarted(
+        allocation=[RankAllocation(node="n01", gpus=[0, 1, 2, 3], ranks=[0, 1, 2, 3])], world_size=4))
+    view = state.bmc_view("n01")
+    view.hardware_fault("memory", "Memory DIMM_B3 | Uncorrectable ECC", _at(73.9))
+    view.hardware_fault("memory", "Memory DIMM_B3 | Uncorrectable ECC", _at(225.1))
+    return state
+
+
+def test_a_write_beside_the_first_fault_still_waits_for_the_node_s_verdict_after_a_second() -> None:
+    state = _twice_failed()
+    assert unjudged_fault(state, "n01", _at(76.4), LOOKBACK)  # 2.5 s after the first UE, 149 s before the second
+    assert not unjudged_fault(state, "n01", _at(500.0), LOOKBACK)  # near neither
+
+
+def test_the_restart_blames_the_fault_that_began_the_failure_not_the_node_s_newest() -> None:
+    state = _twice_failed()
+    hang = OpenIncident(id="inc-job0", job="job0", category="training_hang", opened_at=_at(190.0), severity="critical")
+    (found,) = failed_parts(state, hang, LOOKBACK)
+    assert (found.category, found.node, found.ts) == ("node_hardware_fault", "n01", _at(73.9))
+    assert "at 03:01:13" in found.reason
+
+
+def test_a_fault_before_the_window_still_counts_while_the_node_has_said_nothing_since() -> None:
+    state = _twice_failed()
+    hang = OpenIncident(id="inc-job0", job="job0", category="training_hang", opened_at=_at(900.0), severity="critical")
+    (found,) = failed_parts(state, hang, LOOKBACK)  # both UEs are older than the window: the newest, n01 unheard
+    assert found.ts == _at(225.1)
+
+
+def test_the_view_finds_the_fault_nearest_a_moment_and_leaves_power_supplies_to_their_domain() -> None:
+    view = BmcView()
+    view.hardware_fault("cpu", "IERR", _at(300.0))
+    view.hardware_fault("memory", "UE", _at(100.0))  # arrives late: logged before the one already seen
+    view.hardware_fault("power_supply", "PS2 failure", _at(110.0))
+    assert (view.node_fault_at, view.node_fault) == (_at(300.0), "cpu")  # the newest, as before
+    assert view.node_fault_near(_at(120.0), LOOKBACK) == (_at(100.0), "memory")
+    assert view.node_fault_near(_at(250.0), LOOKBACK) == (_at(300.0), "cpu")
+    assert view.node_fault_near(_at(700.0), LOOKBACK) is None
+    assert view.first_node_fault(_at(50.0)) == (_at(100.0), "memory")
+    assert view.first_node_fault(_at(200.0)) == (_at(300.0), "cpu")
