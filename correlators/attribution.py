@@ -236,12 +236,15 @@ class BmcView:
 
 
 def silence_category(bmc: BmcView, rack_peers_lost: int) -> str:
-    """Why a node is silent in-band, read together with its BMC and its rack."""
+    """Why a node is silent in-band, read together with its BMC and its rack: its newest hardware fault says
+    which (a power supply's, or its own parts'): a node that lost one power supply and ran on, then logged a
+    memory UE and fell silent, died of the memory."""
     out_of_band_lost = not bmc.reachable or bmc.power_on is False
     if rack_peers_lost >= 1 and out_of_band_lost:
         return "rack_outage"
     components = {c for c, _ in bmc.hardware_sel}
-    if "power_supply" in components:
+    own_newest = bmc.node_fault_at is not None and bmc.node_fault_at == bmc.hardware_at
+    if "power_supply" in components and not own_newest:
         return "power_supply_fault"
     if components:
         return "node_hardware_fault"

@@ -101,8 +101,8 @@ class HeldWrites:
         for node in j.nodes if j is not None else []:
             if unjudged_fault(s, node, since, self.p.timing.hardware_lookback_s):
                 return True  # its own parts failed as the write did: the restart will judge it, if nothing before
-            beat = s.heartbeat.get(node)
-            if beat is None or s.ledger.is_fenced(node) or (node not in s.silent and beat.last >= since):
+            beat = s.heartbeat.get(node)  # fenced or not: a job still running on a node is judged by its silence
+            if beat is None or (node not in s.silent and beat.last >= since):
                 continue
             if self.queue.armed("silence", (node,)) or self.queue.armed("judge", (node,)):
                 return True

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from correlators.attribution import BmcView, CollectiveReports, exit_category, silence_category
@@ -96,3 +98,17 @@ def test_exit_category(kind: str, category: str | None) -> None:
 ])
 def test_silence_category(bmc: BmcView, peers: int, category: str) -> None:
     assert silence_category(bmc, peers) == category
+
+
+def test_a_silent_node_died_of_its_newest_hardware_fault() -> None:
+    """One power supply lost and the node ran on; a memory UE, then silence: the memory, not the supply. The other
+    way round, the supply."""
+    t0 = datetime(2026, 4, 22, 3, 0, tzinfo=UTC)
+    view = BmcView(power_on=True)
+    view.hardware_fault("power_supply", "PS2 failure", t0)
+    view.hardware_fault("memory", "DIMM_B3 uncorrectable ECC", t0 + timedelta(seconds=150))
+    assert silence_category(view, 0) == "node_hardware_fault"
+    view = BmcView(power_on=True)
+    view.hardware_fault("memory", "DIMM_B3 uncorrectable ECC", t0)
+    view.hardware_fault("power_supply", "PS2 failure", t0 + timedelta(seconds=150))
+    assert silence_category(view, 0) == "power_supply_fault"

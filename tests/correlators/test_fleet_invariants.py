@@ -613,6 +613,23 @@ def test_a_source_ahead_within_the_reach_makes_no_trainer_in_step_a_lagging_one(
     assert violations(NVML_AHEAD, HOLDING) == []
 
 
+# The soak's find (FLEET_SEED=20261301, on the engine before the two-crashes fix): jobs on the two halves of n01. A
+# power supply fails at 150 s (its domain's GPUs off the bus, job1 fails, n01 cordoned) and job0 runs on; at 300 s
+# n01 logs a memory UE and falls silent, and job0's write fails (EIO). The held write gave up waiting on n01 because
+# it was fenced, and paged storage beside the node's incident; and the silence was called a power supply fault, an
+# older SEL than the memory UE that came just before it. A job still running on a fenced node is judged by that
+# node's silence (HeldWrites._waiting), and a silent node died of its newest hardware fault (silence_category).
+_JHALF = JobPlan(nodes=1, half=True, elastic=None, every=10.0, interval=300.0, local=False, resume=None)
+PSU_THEN_CRASH = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=120.0, jobs=(_JHALF, _JHALF),
+                           faults=(FaultPlan(kind='psu', at=0.25, job=1, pick=0, code=0, late=None, dup=False),
+                                   FaultPlan(kind='ckpt_crash', at=0.5, job=0, pick=0, code=0, late=None, dup=False)),
+                           skew=None)
+
+
+def test_a_write_that_failed_on_a_fenced_node_still_running_a_job_is_that_node_s_fault() -> None:
+    assert violations(PSU_THEN_CRASH, HOLDING) == []
+
+
 # The soak's find (FLEET_SEED=20261233, 10,000 examples, no skew): two checkpoint-write crashes on n01, at 74 s and
 # 226 s. Two things were wrong. The generator built faults in the plan's order, so the later crash was built while
 # job0 still ran and its rank reported a failed write at 03:03:47, though the earlier crash had stopped the job at
