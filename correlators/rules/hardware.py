@@ -100,13 +100,15 @@ class HardwareRules:
 
     # --- a crash on a node whose own parts failed -------------------------------------
     def rank_crashed(self, node: str, ts: datetime, evidence: str | None) -> None:
-        """A rank placed on ``node`` crashed at ``ts``: the node's fault, if its parts failed near then."""
+        """A rank placed on ``node`` crashed at ``ts``: the node's fault, if its parts failed near then (any of
+        its faults: a later SEL of the same node hides neither the one beside the crash nor its time)."""
         s = self.state
         s.rank_crashed[node] = ts if node not in s.rank_crashed else max(ts, s.rank_crashed[node])
         view = s.bmc.get(node)
-        if view is not None and self._near(view.node_fault_at, ts):
-            self._node_fault(node, min(ts, view.node_fault_at or ts), f"a {view.node_fault} fault logged by its BMC",
-                             evidence)
+        near = view.node_fault_near(ts, self.p.timing.hardware_lookback_s) if view is not None else None
+        if near is not None:
+            at, what = near
+            self._node_fault(node, min(ts, at), f"a {what} fault logged by its BMC", evidence)
 
     def node_fault_logged(self, node: str, ts: datetime, evidence: str | None, what: str) -> None:
         """``node``'s own parts failed at ``ts`` (a hardware SEL or a machine check): a rank that crashed

@@ -3,16 +3,23 @@
 The derandomised fleet's find (issue #25 class 5): n01 logs a memory UE at 74 s and dies during a checkpoint write,
 which fails with EIO 2.5 s later; its BMC logs a second UE at 225 s. Kept only as the newest, the second fault made
 the first disappear: the held write no longer waited for n01's verdict and paged storage, and the restart dated the
-node's fault 2.5 min after the failure it began.
+node's fault 2.5 min after the failure it began. A rank crash judged after the second fault was compared with the
+newest only as well (HardwareRules.rank_crashed), and no longer blamed the first.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 from correlators.attribution import BmcView
+from correlators.findings import Finding
 from correlators.incident_state import OpenIncident
+from correlators.lifecycle import IncidentLifecycle
 from correlators.node_parts import failed_parts, unjudged_fault
+from correlators.policy import load_policy
+from correlators.rules.base import RuleContext
+from correlators.rules.hardware import HardwareRules
 from correlators.state import EngineState, Heartbeat
 from streams.events import JobStarted, RankAllocation
 
@@ -69,3 +76,27 @@ def test_the_view_finds_the_fault_nearest_a_moment_and_leaves_power_supplies_to_
     assert view.node_fault_near(_at(700.0), LOOKBACK) is None
     assert view.first_node_fault(_at(50.0)) == (_at(100.0), "memory")
     assert view.first_node_fault(_at(200.0)) == (_at(300.0), "cpu")
+
+
+class _Failures:
+    """The lifecycle's side the hardware rules speak to: the findings each job failed of."""
+
+    def __init__(self) -> None:
+        self.failed: list[tuple[str, Finding]] = []
+
+    def failure(self, job: str, f: Finding) -> Any:
+        self.failed.append((job, f))
+
+
+def test_a_crash_beside_the_first_fault_is_the_node_s_after_a_second() -> None:
+    # A rank crash is compared with every fault of the node's own parts, not only its newest: the crash at 76 s,
+    # reported after the second UE (225.1 s, 149 s later), is the first UE's (73.9 s), a node_hardware_fault.
+    state = _twice_failed()
+    life = _Failures()
+    rules = HardwareRules(RuleContext(state, load_policy(), []), cast(IncidentLifecycle, life))
+    rules.rank_crashed("n01", _at(76.0), "crash-1")
+    ((job, found),) = life.failed
+    assert (job, found.category, found.node, found.ts) == ("job0", "node_hardware_fault", "n01", _at(73.9))
+    assert "memory fault" in found.reason
+    rules.rank_crashed("n01", _at(500.0), "crash-2")  # near neither UE: a crash of its own
+    assert len(life.failed) == 1
