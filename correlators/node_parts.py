@@ -38,9 +38,12 @@ def unheard_since(state: EngineState, node: str, at: datetime) -> bool:
 
 
 def unjudged_fault(state: EngineState, node: str, near: datetime, lookback_s: float) -> bool:
-    """Did ``node``'s own parts fail within ``lookback_s`` of ``near``, and is it not fenced yet (a verdict to come)?"""
+    """Did ``node``'s own parts fail within ``lookback_s`` of ``near``, with no fence for that fault on the node yet (a
+    verdict to come)? A cordon for another cause (its power supply) does not judge a memory UE beside the write."""
     view = state.bmc.get(node)
-    return view is not None and view.node_fault_near(near, lookback_s) is not None and not state.ledger.is_fenced(node)
+    fault = view.node_fault_near(near, lookback_s) if view is not None else None
+    fence = state.ledger.nodes.get(node)
+    return fault is not None and (fence is None or fence.reason != "node_hardware_fault")
 
 
 def failed_parts(state: EngineState, inc: OpenIncident, lookback_s: float) -> list[Finding]:

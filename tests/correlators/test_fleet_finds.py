@@ -225,6 +225,22 @@ def test_a_write_that_failed_on_a_fenced_node_still_running_a_job_is_that_node_s
     assert violations(PSU_THEN_CRASH, HOLDING) == []
 
 
+# The same soak, on the engine with the fix above: the crash first. n01 logs a memory UE at 74.5 s and falls silent;
+# job0's write fails (EIO) 2.5 s later and is held for n01's verdict. At 150 s n01's power supply fails too (the
+# generator still logs the XIDs and job1's crash of a node already dead: in-band lines a dead node would not send),
+# and n01 is cordoned for that. The held write took the cordon for the verdict on its memory fault and paged storage
+# beside job0's node_hardware_fault. A fence for another cause judges nothing of the node's own parts
+# (node_parts.unjudged_fault waits for a node_hardware_fault fence).
+CRASH_THEN_PSU = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=120.0, jobs=(_JHALF, _JHALF),
+                           faults=(FaultPlan(kind='psu', at=0.25, job=1, pick=0, code=0, late=None, dup=False),
+                                   FaultPlan(kind='ckpt_crash', at=0.125, job=0, pick=0, code=0, late=None, dup=False)),
+                           skew=None)
+
+
+def test_a_write_beside_a_memory_fault_waits_through_a_cordon_for_the_power_supply() -> None:
+    assert violations(CRASH_THEN_PSU, HOLDING) == []
+
+
 # The soak's find (FLEET_SEED=20261233, 10,000 examples, no skew): two checkpoint-write crashes on n01, at 74 s and
 # 226 s. Two things were wrong. The generator built faults in the plan's order, so the later crash was built while
 # job0 still ran and its rank reported a failed write at 03:03:47, though the earlier crash had stopped the job at
