@@ -51,7 +51,7 @@ of its own). The rule, over (source key, event time, arrival order) and nothing 
   the cell, and the sources screened lately are a metric (:meth:`CellClock.skewed`, alert
   ``SourceClockSkewed``).
 * **Lagging sources.** A source behind the cell by less than the reach (a trainer 20 s slow) is never
-  screened: its stamps are judged as written. But it *lags*: ``LAGGING`` (3) of its last ``LAG_LINES``
+  screened: its stamps are judged as written. But it *lags*: ``LAGGING`` (2) of its last ``LAG_LINES``
   (8) lines arrived with the vote more than ``LAG`` (1 s) past their stamps (:meth:`CellClock.lags`) --
   the voters' time, not the clock, which a source ahead within the reach (NVML 45 s fast) may lead,
   and every source in step would then look behind.
@@ -84,7 +84,7 @@ LEAD = 0.5  # the reach is the voters' cadence plus this share of the tolerance 
 QUORUM = 3  # live clock domains needed before a lone newest one is outvoted
 COLD = 6  # until the voters' cadence is known, it is taken as this many tolerances (3 minutes at 30 s)
 LAG = timedelta(seconds=1)  # a line stamped this far behind the vote when it arrived arrived behind the cell...
-LAG_LINES, LAGGING = 8, 3  # ...and a source with this many of its last LAG_LINES lines so runs behind the cell
+LAG_LINES, LAGGING = 8, 2  # ...and a source with this many of its last LAG_LINES lines so runs behind the cell
 
 
 def source_key(node: str | None, source: str) -> str:

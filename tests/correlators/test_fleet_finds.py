@@ -282,3 +282,20 @@ LATE_FAILED_WRITE = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat
 
 def test_a_late_report_of_a_failed_write_does_not_undo_the_save_after_it() -> None:
     assert violations(LATE_FAILED_WRITE, HOLDING) == []
+
+
+# The soak's find on the lag rule (FLEET_SEED=20261302, trainer 20 s behind, heartbeats every 120 s on 12 nodes): job0
+# steps every 60 s; GPU 0 of n01 is last sampled at 03:02:02 and vanishes, and step 20's save, made at 03:02:14 and
+# stamped 03:01:54, was taken by its stamp. The trainer had said only three things by then; its first step came while
+# the vote was stale, so two of its three lines had arrived behind the voters' time, and a lagging source needed three.
+# Two of the last eight are enough: one late line still is not a lagging source.
+_J60 = JobPlan(nodes=1, half=False, elastic=None, every=60.0, interval=120.0, local=False, resume=None)
+FEW_LINES_BEHIND = FleetPlan(nodes=12, gpus=4, rack=4, duration=600.0, heartbeat=120.0, nvml=60.0, jobs=(_J60, _J300),
+                             faults=(FaultPlan(kind='xid', at=0.5, job=1, pick=0, code=0, late=None, dup=False),
+                                     FaultPlan(kind='xid', at=0.75, job=0, pick=0, code=0, late=None, dup=False),
+                                     FaultPlan(kind='vanish', at=0.25, job=0, pick=0, code=0, late=None, dup=False)),
+                             skew=('trainer', -20.0))
+
+
+def test_a_trainer_that_has_said_little_yet_lags_by_two_lines_behind() -> None:
+    assert violations(FEW_LINES_BEHIND, HOLDING) == []
