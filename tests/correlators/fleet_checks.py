@@ -276,8 +276,8 @@ def _consequences(w: Watch) -> list[str]:
     """A checkpoint write that failed because its job's hardware died (not its storage) is that fault's evidence."""
     bad = []
     for inc in w.incidents.values():
-        if inc.category != "checkpoint_failure" or not inc.job:
-            continue
+        if inc.category != "checkpoint_failure" or not inc.job or any(w in inc.summary for w in STORAGE_WORDS):
+            continue  # (one that says its write failed on its own storage is storage's, whatever else failed near)
         for other in w.incidents.values():
             if other.job != inc.job or other.category not in HARDWARE \
                     or abs((inc.opened_at - other.opened_at).total_seconds()) > 120:

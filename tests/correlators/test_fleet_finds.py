@@ -299,3 +299,21 @@ FEW_LINES_BEHIND = FleetPlan(nodes=12, gpus=4, rack=4, duration=600.0, heartbeat
 
 def test_a_trainer_that_has_said_little_yet_lags_by_two_lines_behind() -> None:
     assert violations(FEW_LINES_BEHIND, HOLDING) == []
+
+
+# The soak's find on the oracle (FLEET_SEED=20261303): a write of job0 fails for want of space at 150 s, reported
+# 120 s late, and pages storage (a checkpoint_failure, rightly); two minutes later n01 logs a memory UE and the next
+# write fails with EIO, which the engine folds into n01's node_hardware_fault. The oracle saw a checkpoint_failure
+# and an EIO near the hardware incident and called the first a consequence of the second; an incident that says
+# its write failed on its own storage is storage's, whatever failed near it (fleet_checks._consequences).
+NO_SPACE_THEN_CRASH = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=120.0, jobs=(_J300,),
+                                faults=(FaultPlan(kind='xid', at=0.75, job=0, pick=0, code=0, late=None, dup=False),
+                                        FaultPlan(kind='xid_idle', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+                                        FaultPlan(kind='ckpt_fail', at=0.25, job=0, pick=0, code=0, late=120.0,
+                                                  dup=False),
+                                        FaultPlan(kind='ckpt_crash', at=0.625, job=0, pick=0, code=0, late=None,
+                                                  dup=False)), skew=None)
+
+
+def test_a_write_out_of_space_is_storage_s_though_the_node_dies_later() -> None:
+    assert violations(NO_SPACE_THEN_CRASH, HOLDING) == []
