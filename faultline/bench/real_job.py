@@ -39,7 +39,10 @@ def run_real_job(minutes: float = 20.0, seed: int = 1, out: Path | None = None, 
     """Run both arms for ``minutes`` of wall time each, concurrently, and measure them (``faults``: this
     schedule instead of the seeded one)."""
     k = knobs or Knobs()
-    out = out or Path(tempfile.mkdtemp(prefix="faultline-real-job-"))
+    if out is None:  # outside the policy's node-local prefixes (/tmp is one): the checkpoints stand for shared storage
+        base = Path.home() / ".cache" / "faultline" / "real-job"
+        base.mkdir(parents=True, exist_ok=True)
+        out = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%dT%H%M%S-"), dir=base))
     wall_s = minutes * 60
     faults = faults if faults is not None else schedule(seed, wall_s, mtbf_s, k.ranks, kinds, lead_s)
     arms: list[Arm] = [Baseline("baseline", out / "baseline", faults, k),

@@ -1,7 +1,7 @@
 """The two arms of ``faultline bench --real-job``: the same job, the same seeded faults, two ways back.
 
-Both arms run the example job as a torchrun group of ``ranks`` workers on one emulated node of 8 GPU
-slots (ranks on slots 0.., the rest spares), and play the schedule to it (:meth:`Arm.inject`). A slot hit by
+Both arms run the example job as a torchrun group of ``ranks`` workers on GPU slots of two emulated nodes
+of 8 GPUs each (``<arm>-a``, ``<arm>-b``; the ranks start on the first node's slots 0.., the rest are spares), and play the schedule to it (:meth:`Arm.inject`). A slot hit by
 a fatal XID stays broken until ``repair_s`` later (a person repairs it): any worker started on it meanwhile
 fails at once, with the XID again -- restarting in place on broken hardware fails again.
 
@@ -26,16 +26,17 @@ import json
 import signal
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from faultline.bench.real_job_plan import Fault
 from faultline.bench.real_job_proc import Group, pci, uuid, xid_line
 
-__all__ = ["SLOTS", "Knobs", "Arm", "Baseline", "WithFaultline"]
+__all__ = ["SLOTS", "PER_NODE", "Knobs", "Arm", "Baseline", "inventory"]
 
-SLOTS = 8
+PER_NODE = 8
+SLOTS = 2 * PER_NODE  # two emulated nodes of 8 GPU slots: slot s is GPU s % 8 of node s // 8
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,16 @@ class Arm:
         return f"realjob-{self.name}"
 
     @property
+    def nodes(self) -> list[str]:
+        return [f"{self.name}-{n}" for n in "ab"]
+
+    def node_of(self, slot: int) -> str:
+        return self.nodes[slot // PER_NODE]
+
+    @property
     def node(self) -> str:
-        return f"{self.name}-node"
+        """Where rank 0 runs (what the workers give as their node)."""
+        return self.node_of(self.placement[0]) if self.placement else self.nodes[0]
 
     def now_s(self) -> float:
         return time.monotonic() - self.t0
@@ -140,9 +149,11 @@ class Arm:
             hit = g.signal_rank(f.rank, signal.SIGSTOP)
         elif f.kind in ("xid", "predictable"):
             self.broken[slot] = now + self.k.repair_s
-            self.emit({"ts": self.ts(), "source": "kernel", "node": self.node,
-                       "line": xid_line(slot, 79, "GPU has fallen off the bus.")})
-            hit = g is not None and rank >= 0 and g.signal_rank(rank, signal.SIGKILL)
+            self.emit({"ts": self.ts(), "source": "kernel", "node": self.node_of(slot),
+                       "line": xid_line(slot % PER_NODE, 79, "GPU has fallen off the bus.")})
+            if g is not None and rank >= 0:
+                self.refused.update(pid for r, pid in g.workers().items() if r == rank)  # it fails once
+                hit = g.signal_rank(rank, signal.SIGKILL)
         self.injected.append({"at_s": round(now, 1), "planned_s": f.at_s, "kind": f.kind, "rank": rank,
                               "slot": slot, "hit_a_worker": hit})
 
@@ -152,8 +163,9 @@ class Arm:
             if f.kind == "predictable" and f.warn_s <= now < f.at_s and now - self._warned.get(i, -1e9) >= 10:
                 self._warned[i] = now
                 slot = self._warn_slot.setdefault(f.at_s, self.placement[f.rank])
-                self.emit({"ts": self.ts(), "source": "nvml", "node": self.node,
-                           "gpu": {"index": slot, "uuid": uuid(self.node, slot)},
+                node, index = self.node_of(slot), slot % PER_NODE
+                self.emit({"ts": self.ts(), "source": "nvml", "node": node,
+                           "gpu": {"index": index, "uuid": uuid(node, index)},
                            "metrics": {"temperature_c": 96.0, "clocks_event_reasons": ["HW_THERMAL_SLOWDOWN"]}})
 
     def _refuse_on_broken(self, now: float) -> None:
@@ -164,8 +176,8 @@ class Arm:
             slot = g.slots[rank] if rank < len(g.slots) else -1
             if self.broken.get(slot, -1.0) > now and pid not in self.refused:
                 self.refused.add(pid)
-                self.emit({"ts": self.ts(), "source": "kernel", "node": self.node,
-                           "line": xid_line(slot, 79, "GPU has fallen off the bus.")})
+                self.emit({"ts": self.ts(), "source": "kernel", "node": self.node_of(slot),
+                           "line": xid_line(slot % PER_NODE, 79, "GPU has fallen off the bus.")})
                 g.signal_rank(rank, signal.SIGKILL)
                 self.injected.append({"at_s": round(now, 1), "kind": "broken_slot_again", "rank": rank,
                                       "slot": slot})
@@ -221,7 +233,7 @@ class Baseline(Arm):
             self.launch("a person relaunches in place, once its GPUs are repaired", None)
 
 
-def _inventory(node: str, ts: str) -> dict[str, Any]:
+def inventory(node: str, ts: str) -> dict[str, Any]:
     return {"ts": ts, "source": "inventory", "node": node, "rack": "r1", "gpus": [
         {"index": i, "uuid": uuid(node, i), "pci_bus_id": f"00000000:{pci(i).upper()}:00.0",
-         "name": "NVIDIA H100 80GB HBM3", "power_domain": f"psu-{'A' if i < 4 else 'B'}"} for i in range(SLOTS)]}
+         "name": "NVIDIA H100 80GB HBM3", "power_domain": f"psu-{'A' if i < 4 else 'B'}"} for i in range(PER_NODE)]}

@@ -17,7 +17,7 @@ from typing import Any
 
 from correlators.engine import Correlator
 from correlators.policy import load_policy
-from faultline.bench.real_job_arms import SLOTS, Arm, _inventory
+from faultline.bench.real_job_arms import PER_NODE, SLOTS, Arm, inventory
 from faultline.bench.real_job_proc import failed_workers, uuid
 from producers.capture.screen import Accepted, CaptureScreen
 from producers.jobs.framework_log import FollowedLog, FrameworkLog
@@ -62,17 +62,26 @@ class WithFaultline(Arm):
         self._trainer = TrainerFile(FileFollower(self.out / "trainer.jsonl", self.out / "trainer.state"),
                                     interval_s=0.2)
         self._errors = TorchelasticWatch(JobIdentity(self.job, self.node), self.out / "logs")
-        self.emit(_inventory(self.node, self.ts()))
+        for node in self.nodes:
+            self.emit(inventory(node, self.ts()))
 
     def on_launch(self) -> None:
         self.down_since = None
         self.emit({"ts": self.ts(), "source": "scheduler", "event": "job_started", "job": self.job,
-                   "allocation": [{"node": self.node, "gpus": list(self.placement),
-                                   "ranks": list(range(self.k.ranks))}],
+                   "allocation": self.allocation(),
                    "world_size": self.k.ranks, "elastic": {"min_gpus": self.k.ranks, "max_gpus": self.k.ranks},
                    "checkpoint": {"dir": str(self.out / "ckpt"),
                                   "interval_s": self.k.checkpoint_every * self.k.step_s},
                    "gpu_class": "H100-80GB", "owner": "bench", "max_restarts": self.k.restart_budget})
+
+    def allocation(self) -> list[dict[str, Any]]:
+        """The ranks' slots as the scheduler says them: per node, its GPU indices and ranks."""
+        out: dict[str, dict[str, Any]] = {}
+        for rank, slot in enumerate(self.placement):
+            node = out.setdefault(self.node_of(slot), {"node": self.node_of(slot), "gpus": [], "ranks": []})
+            node["gpus"].append(slot % PER_NODE)
+            node["ranks"].append(rank)
+        return list(out.values())
 
     def emit(self, obs: dict[str, Any]) -> None:
         self.pending.append(obs)
@@ -81,7 +90,8 @@ class WithFaultline(Arm):
         wall = datetime.now(UTC)
         if now - self._beat >= HEARTBEAT_S:
             self._beat = now
-            self.emit({"ts": self.ts(), "source": "node_agent", "node": self.node, "alive": True})
+            for node in self.nodes:
+                self.emit({"ts": self.ts(), "source": "node_agent", "node": node, "alive": True})
         self._follow_new_logs()
         self._agent_failures(wall)
         seen = [*self.pending]
@@ -120,7 +130,8 @@ class WithFaultline(Arm):
         self._agent_read[g.launch] = len(text)
         for local_rank, code in failed_workers(text[done:]):
             if code < 0:
-                self.emit(worker_exit(self.job, self.node, local_rank, wall, exitcode=code, local_rank=local_rank))
+                node = self.node_of(g.slots[local_rank]) if local_rank < len(g.slots) else self.node
+                self.emit(worker_exit(self.job, node, local_rank, wall, exitcode=code, local_rank=local_rank))
 
     def _follow_new_logs(self) -> None:
         g = self.group
@@ -132,7 +143,7 @@ class WithFaultline(Arm):
             self._followed.add(attempt)
             self._framework.append(FrameworkLog([
                 FollowedLog(FileFollower(attempt / str(r) / "stderr.log", self.out / f"fw-{g.launch}-{r}.state"),
-                            JobIdentity(self.job, self.node, rank=r, local_rank=r))
+                            JobIdentity(self.job, self.node_of(g.slots[r]), rank=r, local_rank=r))
                 for r in range(self.k.ranks)]))
 
     def act(self, c: Command, now: float) -> None:
@@ -141,9 +152,10 @@ class WithFaultline(Arm):
                   "reason": c.reason, "gpu": c.target.gpu, "params": dict(c.params or {})}
         self.commands.append(record)
         if c.type == "quarantine_gpu" and c.target.gpu is not None:
-            self.fenced |= {i for i in range(SLOTS) if uuid(self.node, i) == c.target.gpu or str(i) == c.target.gpu}
+            self.fenced |= {s for s in range(SLOTS) if self.node_of(s) == c.target.node
+                            and c.target.gpu in (uuid(c.target.node, s % PER_NODE), str(s % PER_NODE))}
         elif c.type in ("cordon_node", "drain_node"):
-            record["note"] = "the bench's one node stays usable (its slots fenced one by one instead)"
+            self.fenced |= {s for s in range(SLOTS) if self.node_of(s) == c.target.node}
         elif c.type == "checkpoint_now":
             request_checkpoint(self.out / "checkpoint-now", c.id, c.reason or "")
         elif c.type == "restart_job":
@@ -154,30 +166,38 @@ class WithFaultline(Arm):
         if self.restart_at is not None and now >= self.restart_at[0]:
             _, c = self.restart_at
             self.restart_at = None
-            self.relaunch(c.id, (c.params or {}).get("checkpoint"))
+            self.relaunch(c.id, (c.params or {}).get("checkpoint"), (c.params or {}).get("exclude") or {})
             return
         if self.group is not None and not self.group.alive() and self.restart_at is None:
             self.down_since = now if self.down_since is None else self.down_since
             if now - self.down_since >= self.k.human_s:
-                self.relaunch("a person, no restart decided", None)
+                self.relaunch("a person, no restart decided", _NEWEST, {})
 
-    def relaunch(self, why: str, checkpoint: Any) -> None:
-        """Relaunch from ``checkpoint`` (newer files are set aside: the example loads the newest), every
-        fenced slot replaced by the lowest spare slot that is neither fenced nor in use."""
-        path = _checkpoint_path(checkpoint)
-        if path is not None and Path(path).exists():
-            named = checkpoint_step(path)
+    def relaunch(self, why: str, checkpoint: Any, exclude: dict[str, Any]) -> None:
+        """Relaunch from ``checkpoint`` (newer files are set aside, all of them for a restart from the start:
+        the example loads the newest in its folder), every rank on a fenced or excluded slot moved to the
+        lowest slot that is neither nor in use."""
+        path = None if checkpoint is _NEWEST else _checkpoint_path(checkpoint)
+        if checkpoint is not _NEWEST:
+            named = checkpoint_step(path) if path is not None and Path(path).exists() else 0
             for f in (self.out / "ckpt").glob("step-*.pt"):
                 step = checkpoint_step(f)
                 if named is not None and step is not None and step > named:
                     (self.out / "ckpt-set-aside").mkdir(exist_ok=True)
                     shutil.move(str(f), self.out / "ckpt-set-aside" / f.name)
+        out_nodes = set(exclude.get("nodes") or [])
+        out_gpus = set(exclude.get("gpus") or [])
+        usable = [s for s in range(SLOTS) if s not in self.fenced and self.node_of(s) not in out_nodes
+                  and uuid(self.node_of(s), s % PER_NODE) not in out_gpus]
         for r, slot in enumerate(self.placement):
-            if slot in self.fenced:
-                free = [s for s in range(SLOTS) if s not in self.fenced and s not in self.placement]
+            if slot not in usable:
+                free = [s for s in usable if s not in self.placement]
                 if free:
                     self.placement[r] = free[0]
         self.launch(why, path)
+
+
+_NEWEST = object()  # a person's relaunch: from the newest checkpoint, as the example does by itself
 
 
 def _checkpoint_path(checkpoint: Any) -> str | None:
