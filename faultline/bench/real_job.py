@@ -66,9 +66,9 @@ def run_real_job(minutes: float = 20.0, seed: int = 1, out: Path | None = None, 
 def arm_result(arm: Arm, faults: list[Fault], wall_s: float) -> dict[str, Any]:
     """What one arm did and its ETTR, measured and predicted."""
     steps = arm.steps()
-    acc = account(steps, wall_s)
     records = arm.trainer()
     saves = [(t, r) for t, r in records if r.get("event") == "checkpoint_saved"]
+    acc = account(steps, wall_s, [(t, int(r["step"])) for t, r in saves])
     loads = [(t, r) for t, r in records if r.get("event") == "checkpoint_loaded" and r.get("rank") == 0]
     save_s = statistics.median([float(r.get("seconds") or 0.0) for _, r in saves]) if saves else 0.0
     launch_s = steps[0][0] if steps else wall_s

@@ -227,7 +227,8 @@ class Baseline(Arm):
         if self.relaunch_at is None:
             repaired = max([self.broken.get(s, 0.0) for s in self.placement] + [0.0])
             self.relaunch_at = max(now + self.k.notice_s, repaired)
-        if now >= self.relaunch_at:
+        repaired = max([self.broken.get(s, 0.0) for s in self.placement] + [0.0])
+        if now >= self.relaunch_at and now >= repaired:  # a person does not relaunch on a GPU known broken
             self.relaunch_at = None
             self.restarts_left = self.k.baseline_restarts
             self.launch("a person relaunches in place, once its GPUs are repaired", None)

@@ -8,10 +8,12 @@ starts ``lead_s`` before the fatal moment, on the GPU slot its rank runs on then
 window, never in the run's first 5 %; where it cannot, that window gets the next kind).
 The same schedule is played to both arms.
 
-ETTR (:func:`account`): the useful step-seconds are the steps that were not later redone -- every step
-number counts once, however often it ran, because a step redone after a restart replaced the earlier run
-of it -- times the job's step time (the median gap between consecutive steps of one run). ETTR is that over
-the arm's wall time, at most 1.
+ETTR (:func:`account`): the useful step-seconds are the steps that were not later redone, nor lost -- the
+job's progress at the end: the step it has reached if it is still running then, else the step of the newest
+checkpoint it would come back from (work since then is lost, whether or not the run was long enough to
+redo it) -- times the job's step time (the median gap between consecutive steps of one run). Step numbers
+are the job's own progress (a restart resumes after its checkpoint's step), so a step run twice counts once.
+ETTR is that over the arm's wall time, at most 1.
 
 Prediction (:func:`predict`): faultline's goodput model (:func:`faultline.bench.goodput.ettr`) for the same
 run: ``ETTR = (T - L - S_n * S) / T`` with ``T`` the wall time, ``S`` the measured save time,
@@ -98,7 +100,7 @@ class Accounting:
     wall_s: float
     step_s: float           # the job's step time: the median gap inside a run
     steps_run: int          # every step run, redone ones included
-    useful_steps: int       # step numbers run, each once
+    useful_steps: int       # the job's progress at the end (the steps neither redone nor lost)
     ettr: float
 
     @property
@@ -106,13 +108,22 @@ class Accounting:
         return self.steps_run - self.useful_steps
 
 
-def account(steps: Sequence[Step], wall_s: float) -> Accounting:
-    """ETTR of an arm from rank 0's steps inside its wall time (the rule is the module's)."""
+def account(steps: Sequence[Step], wall_s: float, saved: Sequence[Step] = ()) -> Accounting:
+    """ETTR of an arm from rank 0's steps and its checkpoint saves (``saved``: when, which step) inside its
+    wall time (the rule is the module's)."""
     inside = sorted((t, s) for t, s in steps if 0 <= t <= wall_s)
-    gaps = [b[0] - a[0] for run in runs(inside) for a, b in zip(run, run[1:], strict=False)]
+    cut = runs(inside)
+    gaps = [b[0] - a[0] for run in cut for a, b in zip(run, run[1:], strict=False)]
     step_s = statistics.median(gaps) if gaps else 0.0
-    useful = len({s for _, s in inside})
-    return Accounting(wall_s, step_s, len(inside), useful, min(1.0, useful * step_s / wall_s) if wall_s > 0 else 0.0)
+    progress = 0
+    if cut:
+        last_t, last_step = cut[-1][-1]
+        if wall_s - last_t <= max(5 * step_s, 1.0):  # still running at the end: its work is there
+            progress = last_step
+        else:  # down at the end: it comes back from its newest checkpoint, the rest is lost
+            progress = max((s for t, s in saved if t <= wall_s and s <= last_step), default=0)
+    return Accounting(wall_s, step_s, len(inside), progress,
+                      min(1.0, progress * step_s / wall_s) if wall_s > 0 else 0.0)
 
 
 def downtime_s(steps: Sequence[Step], at_s: float, wall_s: float) -> float:

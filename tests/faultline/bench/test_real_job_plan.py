@@ -40,6 +40,13 @@ def test_redone_steps_are_not_useful_time() -> None:
     assert account([(float(s), s) for s in range(1, 40)], wall_s=20).ettr == pytest.approx(1.0)  # at most 1
 
 
+def test_work_since_the_checkpoint_of_a_job_down_at_the_end_is_lost() -> None:
+    # steps 1..10 at 1 s, saved at step 6, a crash at 10.5 s and no run after it within 30 s
+    acc = account([(float(s), s) for s in range(1, 11)], wall_s=30, saved=[(6.01, 6)])
+    assert acc.steps_run == 10 and acc.useful_steps == 6 and acc.ettr == pytest.approx(6 / 30)
+    assert account([(float(s), s) for s in range(1, 11)], wall_s=30).useful_steps == 0  # never saved: all lost
+
+
 def test_downtime_runs_from_the_fault_to_the_next_run_or_the_end() -> None:
     steps = [(1.0, 1), (2.0, 2), (3.0, 3), (11.0, 3), (12.0, 4)]
     assert downtime_s(steps, 3.5, wall_s=30) == pytest.approx(7.5)
@@ -53,3 +60,25 @@ def test_the_prediction_is_the_goodput_models_ettr_of_the_lost_time() -> None:
     assert got == pytest.approx(ettr(Assumptions(gpus=1, days=1200 / 86400, checkpoint_interval_s=60,
                                                  checkpoint_save_s=0.1), lost / 3600))
     assert got == pytest.approx((1200 - lost - (1200 - lost) / 60 * 0.1) / 1200)
+
+
+def test_the_command_runs_the_real_job_with_its_minutes_and_seed(monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import faultline.bench.real_job as real_job
+    from faultline.cli import main
+    from faultline.errors import EXIT_USAGE
+
+    asked: list[tuple[float, int]] = []
+
+    def fake(minutes: float, seed: int) -> dict[str, object]:
+        asked.append((minutes, seed))
+        return {"minutes": minutes, "seed": seed, "arms": {}}
+
+    monkeypatch.setattr(real_job, "run_real_job", fake)
+    assert main(["bench", "--real-job", "--minutes", "1.5", "--seed", "4", "--json"]) == 0
+    assert asked == [(1.5, 4)] and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["seed"] == 4
+    assert main(["bench", "--real-job", "--cells", "2"]) == EXIT_USAGE
+    assert main(["bench", "--real-job", "--minutes", "0"]) == EXIT_USAGE
+    assert len(asked) == 1
