@@ -22,15 +22,24 @@ from typing import Any
 
 from faultline.bench.real_job_arms import Arm, Baseline, Knobs
 from faultline.bench.real_job_faultline import WithFaultline, checkpoint_step
-from faultline.bench.real_job_plan import KINDS, Fault, account, downtime_s, predict, schedule
+from faultline.bench.real_job_plan import (
+    KINDS,
+    Fault,
+    account,
+    down_s,
+    downtime_s,
+    predict,
+    schedule,
+    stepping_at,
+)
 
 __all__ = ["run_real_job", "arm_result"]
 
 POLL_S = 0.5
-FORMULA = ("ETTR = (T - L - (T - L) / I * S) / T, L = launch + sum over faults (W + D), W = I / 2 "
-           "for each fault that struck a running worker (0 for a warned fault saved by checkpoint_now before "
-           "it struck), D = the measured downtime (fault to the job's next step, at most to the next fault), I = checkpoint_every x step time, S = the measured save time; "
-           "faultline.bench.goodput.ettr with gpus=1")
+FORMULA = ("ETTR = (T - L - (T - L) / I * S) / T, L = launch + D + sum over faults of W, W = I / 2 for each "
+           "fault that struck while the job was stepping (0 for a warned fault saved by checkpoint_now before it "
+           "struck), D = the measured time the job was not stepping after its launch, I = checkpoint_every x "
+           "step time, S = the measured save time; faultline.bench.goodput.ettr with gpus=1")
 
 
 def run_real_job(minutes: float = 20.0, seed: int = 1, out: Path | None = None, knobs: Knobs | None = None,
@@ -75,15 +84,16 @@ def arm_result(arm: Arm, faults: list[Fault], wall_s: float) -> dict[str, Any]:
     due = [f for f in faults if f.at_s < wall_s]
     ends = [f.at_s for f in due[1:]] + [wall_s]
     downs = [min(downtime_s(steps, f.at_s, wall_s), end - f.at_s) for f, end in zip(due, ends, strict=True)]
-    struck = sum(1 for i in arm.injected if i["kind"] in KINDS and i.get("hit_a_worker"))
+    struck = sum(1 for f in due if stepping_at(steps, f.at_s, acc.step_s or arm.k.step_s))
     saved_before = _saved_before(arm, faults, saves)
     interval_s = arm.k.checkpoint_every * (acc.step_s or arm.k.step_s)
-    predicted = predict(wall_s, struck, interval_s, save_s, launch_s, downs, saved_before)
+    down = down_s(steps, wall_s)
+    predicted = predict(wall_s, struck, interval_s, save_s, launch_s, down, saved_before)
     result: dict[str, Any] = {
         "ettr": round(acc.ettr, 4), "predicted_ettr": round(predicted, 4), **asdict(replace(acc, ettr=round(acc.ettr, 4))),
         "redone_steps": acc.redone_steps, "launch_s": round(launch_s, 1), "save_s": round(save_s, 4),
         "checkpoint_interval_s": round(interval_s, 1), "downtime_s": [round(d, 1) for d in downs],
-        "faults_saved_before": saved_before, "faults_that_struck_a_worker": struck, "injected": arm.injected, "launches": arm.launches,
+        "faults_saved_before": saved_before, "faults_while_stepping": struck, "down_s": round(down, 1), "injected": arm.injected, "launches": arm.launches,
         "checkpoints_saved": [{"at_s": round(t, 1), "path": r.get("path"), "step": r.get("step")} for t, r in saves],
         "checkpoints_loaded": [{"at_s": round(t, 1), "path": r.get("path"), "step": r.get("step")} for t, r in loads],
         "fenced_slots": sorted(arm.fenced),
@@ -115,7 +125,7 @@ def summary(result: dict[str, Any]) -> str:
     for name, a in result["arms"].items():
         lines.append(f"  {name:9s} ETTR {a['ettr']:.3f} (model predicts {a['predicted_ettr']:.3f}); "
                      f"{a['useful_steps']} useful steps of {a['steps_run']} run, step {a['step_s']:.3f} s, "
-                     f"{len(a['launches'])} launches, downtime per fault {a['downtime_s']} s")
+                     f"{len(a['launches'])} launches, down {a['down_s']} s, from each fault to the next run {a['downtime_s']} s")
     lines.append(f"  prediction: {result['prediction_formula']}")
     lines.append(f"  files: {result['out']}")
     return "\n".join(lines)

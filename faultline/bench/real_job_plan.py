@@ -17,11 +17,12 @@ ETTR is that over the arm's wall time, at most 1.
 
 Prediction (:func:`predict`): faultline's goodput model (:func:`faultline.bench.goodput.ettr`) for the same
 run: ``ETTR = (T - L - S_n * S) / T`` with ``T`` the wall time, ``S`` the measured save time,
-``S_n = (T - L) / I`` the saves made, and the lost time ``L = launch + sum over faults of (W_f + D_f)``:
-``W_f`` the expected work lost since the last checkpoint, ``I / 2`` for a checkpoint interval ``I`` (0 for a
-warned fault whose checkpoint-now was saved before it struck), ``D_f`` the arm's measured downtime for that
-fault (from the fault to the job's next step), ``launch`` the first start's measured time to its first step.
-The MTBF is the schedule's (``T / n``).
+``S_n = (T - L) / I`` the saves made, and the lost time ``L = launch + D + sum over faults of W_f``:
+``launch`` the first start's measured time to its first step, ``D`` the measured time the job was not
+running after that (:func:`down_s`), ``W_f`` the expected work lost since the last checkpoint, ``I / 2`` for a
+checkpoint interval ``I``, for each fault that struck while the job was stepping (0 for a warned fault whose
+checkpoint-now was saved before it struck). The times down are measured; what the model contributes is the
+work lost per fault and the cost of saves. The MTBF is the schedule's (``T / n``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 
 from faultline.bench.goodput import Assumptions, ettr
 
-__all__ = ["KINDS", "Fault", "Accounting", "schedule", "runs", "account", "downtime_s", "predict"]
+__all__ = ["KINDS", "Fault", "Accounting", "schedule", "runs", "account", "downtime_s", "down_s", "stepping_at", "predict"]
 
 KINDS = ("sigkill", "xid", "hang", "predictable")
 """``sigkill``: a rank is killed (SIGKILL), the hardware is fine. ``xid``: a fatal XID 79 on the GPU slot
@@ -135,10 +136,30 @@ def downtime_s(steps: Sequence[Step], at_s: float, wall_s: float) -> float:
     return max(0.0, wall_s - at_s)
 
 
-def predict(wall_s: float, faults: int, interval_s: float, save_s: float, launch_s: float,
-            downtimes_s: Sequence[float], saved_before: int = 0) -> float:
-    """The goodput model's ETTR for this run (the formula is the module's): ``faults`` in the run, of which
-    ``saved_before`` lost no work (a checkpoint-now saved before them), each of ``downtimes_s`` measured."""
-    lost_s = launch_s + sum(downtimes_s) + (faults - saved_before) * interval_s / 2
+def down_s(steps: Sequence[Step], wall_s: float) -> float:
+    """The time the job was not stepping after it first stepped: every gap between two runs (less the one
+    step time a run's last step took), and from the last step to the end when it was down then."""
+    cut = runs(sorted((t, s) for t, s in steps if 0 <= t <= wall_s))
+    if not cut:
+        return 0.0
+    gaps = [b[0] - a[0] for run in cut for a, b in zip(run, run[1:], strict=False)]
+    step_s = statistics.median(gaps) if gaps else 0.0
+    down = sum(max(0.0, b[0][0] - a[-1][0] - step_s) for a, b in zip(cut, cut[1:], strict=False))
+    tail = wall_s - cut[-1][-1][0]
+    return down + (tail if tail > max(5 * step_s, 1.0) else 0.0)
+
+
+def stepping_at(steps: Sequence[Step], at_s: float, step_s: float) -> bool:
+    """Whether the job was stepping when a fault struck (a step in the ``5 x step_s`` before it): only
+    then does the fault lose the work since the checkpoint."""
+    return any(at_s - max(5 * step_s, 1.0) <= t <= at_s for t, _ in steps)
+
+
+def predict(wall_s: float, faults: int, interval_s: float, save_s: float, launch_s: float, down: float,
+            saved_before: int = 0) -> float:
+    """The goodput model's ETTR for this run (the formula is the module's): ``faults`` that struck the job
+    while it was stepping, of which ``saved_before`` lost no work (a checkpoint-now saved before them),
+    ``down`` the measured time it was not running after its launch."""
+    lost_s = launch_s + down + (faults - saved_before) * interval_s / 2
     a = Assumptions(gpus=1, days=wall_s / 86_400, checkpoint_interval_s=interval_s, checkpoint_save_s=save_s)
     return ettr(a, lost_s / 3600)

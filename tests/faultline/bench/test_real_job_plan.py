@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from faultline.bench.goodput import Assumptions, ettr
-from faultline.bench.real_job_plan import KINDS, account, downtime_s, predict, runs, schedule
+from faultline.bench.real_job_plan import (
+    KINDS,
+    account,
+    down_s,
+    downtime_s,
+    predict,
+    runs,
+    schedule,
+    stepping_at,
+)
 
 
 def test_the_schedule_is_seeded_spaced_and_plays_every_kind() -> None:
@@ -53,9 +62,17 @@ def test_downtime_runs_from_the_fault_to_the_next_run_or_the_end() -> None:
     assert downtime_s(steps, 12.5, wall_s=30) == pytest.approx(17.5)  # never stepped again
 
 
+def test_down_time_is_the_gaps_between_runs_and_a_down_tail() -> None:
+    steps = [(1.0, 1), (2.0, 2), (3.0, 3), (11.0, 3), (12.0, 4)]
+    assert down_s(steps, wall_s=12.5) == pytest.approx(7.0)  # 3 -> 11, less the step 3 took
+    assert down_s(steps, wall_s=30) == pytest.approx(7.0 + 18.0)  # and down from 12 s to the end
+    assert stepping_at(steps, 3.5, 1.0) and not stepping_at(steps, 9.0, 1.0)
+
+
 def test_the_prediction_is_the_goodput_models_ettr_of_the_lost_time() -> None:
-    # 1200 s, 4 faults of which 1 saved before it struck, 60 s interval, 0.1 s saves, 10 s launch
-    got = predict(1200, 4, 60, 0.1, 10, [20, 30, 40, 50], saved_before=1)
+    # 1200 s, 4 faults while stepping of which 1 saved before it struck, 60 s interval, 0.1 s saves,
+    # 10 s launch, 140 s down
+    got = predict(1200, 4, 60, 0.1, 10, 140, saved_before=1)
     lost = 10 + 140 + 3 * 30
     assert got == pytest.approx(ettr(Assumptions(gpus=1, days=1200 / 86400, checkpoint_interval_s=60,
                                                  checkpoint_save_s=0.1), lost / 3600))
