@@ -20,7 +20,7 @@ run: ``ETTR = (T - L - S_n * S) / T`` with ``T`` the wall time, ``S`` the measur
 ``S_n = (T - L) / I`` the saves made, and the lost time ``L = launch + D + sum over faults of W_f``:
 ``launch`` the first start's measured time to its first step, ``D`` the measured time the job was not
 running after that (:func:`down_s`), ``W_f`` the expected work lost since the last checkpoint, ``I / 2`` for a
-checkpoint interval ``I``, for each fault that struck while the job was stepping (0 for a warned fault whose
+checkpoint interval ``I``, for each fault that killed or stopped a worker while the job was stepping (0 for a warned fault whose
 checkpoint-now was saved before it struck). The times down are measured; what the model contributes is the
 work lost per fault and the cost of saves. The MTBF is the schedule's (``T / n``).
 """

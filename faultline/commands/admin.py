@@ -186,7 +186,7 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
         if args.cells is not None or args.only or args.quick or args.minutes <= 0:
             raise UsageError("--real-job takes --minutes (over 0), --seed and --json, and no other section")
         result = run_real_job(minutes=args.minutes, seed=args.seed)
-        print(json.dumps(result) if args.json else summary(result))
+        print(json.dumps(result, default=str) if args.json else summary(result))
         return 0
     if args.cells is not None:
         from faultline.bench.two_cells import run_cells
