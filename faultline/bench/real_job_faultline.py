@@ -119,6 +119,12 @@ class WithFaultline(Arm):
                 self.act(d, now)
         self._restart_when_due(now)
 
+    def stop(self) -> None:
+        super().stop()
+        for source in (self._trainer, self._errors, *self._framework):
+            if source is not None:
+                source.close()
+
     def _agent_failures(self, wall: datetime) -> None:
         """A worker killed by a signal writes no error file: torchrun's agent log says which one, with
         what exit code (what the node agent's torchelastic source reports with ``worker_exit``)."""
