@@ -56,6 +56,11 @@ def register(add: Add) -> None:
     be.add_argument("--cells", type=int, metavar="N",
                     help="instead: N cells at once, a namespace each with two workers, on a 3-broker cluster "
                          "(FAULTLINE_KAFKA's, or three local nodes), one storm in each at the same moment")
+    be.add_argument("--real-job", action="store_true",
+                    help="instead: run the torchrun example for real (torch, CPU) with seeded faults, without and "
+                         "with faultline's engine, and measure each one's wall-clock ETTR beside the goodput model's")
+    be.add_argument("--minutes", type=float, default=20.0, help="--real-job: wall time of each arm (run at once)")
+    be.add_argument("--seed", type=int, default=1, help="--real-job: the fault schedule's seed")
     be.set_defaults(run=_bench)
 
     co = add("completion", "Print the shell completion script (written from this command's own options).",
@@ -175,6 +180,14 @@ def _acls(args: argparse.Namespace, settings: Settings) -> int:
 def _bench(args: argparse.Namespace, settings: Settings) -> int:
     from faultline.bench.runner import run_bench
 
+    if args.real_job:
+        from faultline.bench.real_job import run_real_job, summary
+
+        if args.cells is not None or args.only or args.quick or args.minutes <= 0:
+            raise UsageError("--real-job takes --minutes (over 0), --seed and --json, and no other section")
+        result = run_real_job(minutes=args.minutes, seed=args.seed)
+        print(json.dumps(result, default=str) if args.json else summary(result))
+        return 0
     if args.cells is not None:
         from faultline.bench.two_cells import run_cells
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -56,6 +57,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", type=Path, default=Path(env("CHECKPOINT_DIR", "checkpoints")))
     p.add_argument("--checkpoint-every", type=int, default=5)
     p.add_argument("--step-seconds", type=float, default=0.0, help="sleep per step, to look like work")
+    p.add_argument("--collective-timeout-s", type=float, default=None,
+                   help="how long a collective waits for a silent peer before it fails (the backend's default: "
+                        "30 min for gloo); NCCL's watchdog is the GPU analogue")
     p.add_argument("--crash-rank", type=int, default=int(env("FAULTLINE_CRASH_RANK", "-1")))
     p.add_argument("--crash-step", type=int, default=int(env("FAULTLINE_CRASH_STEP", "-1")))
     p.add_argument("--crash", choices=["cuda_error", "oom", "nan"], default=env("FAULTLINE_CRASH", "cuda_error"))
@@ -77,7 +81,10 @@ def newest_checkpoint(directory: Path) -> Path | None:
 @record
 def main() -> None:
     args = parse_args()
-    dist.init_process_group("gloo")
+    if args.collective_timeout_s is None:
+        dist.init_process_group("gloo")
+    else:
+        dist.init_process_group("gloo", timeout=timedelta(seconds=args.collective_timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.manual_seed(0)
