@@ -71,6 +71,7 @@ class Watch(_Oracle):
     users: dict[str, set[str]] = field(default_factory=dict)  # node -> jobs whose allocation held it
     launcher: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # job -> (min, max, nproc) in GPUs
     steps: dict[str, list[list[datetime]]] = field(default_factory=dict)  # job -> per run, its step times
+    early_steps: dict[str, list[datetime]] = field(default_factory=dict)  # job -> steps heard before any job_started
     spun: dict[str, datetime] = field(default_factory=dict)  # job -> last corroboration (spin, heartbeat)
     domain: dict[tuple[str, str], str] = field(default_factory=dict)  # (node, GPU id) -> power domain
     uuid: dict[tuple[str, int], str] = field(default_factory=dict)
@@ -102,7 +103,8 @@ class Watch(_Oracle):
             nproc = min((len(a.gpus) for a in b.allocation), default=world) or 1
             lo, hi = (b.elastic.min_gpus, b.elastic.max_gpus) if b.elastic else (world, world)
             self.launcher[job] = (lo, hi, nproc)
-            self.steps.setdefault(job, []).append([])
+            # a step of this run may arrive before the line that starts it (that line late): it counts by its time
+            self.steps.setdefault(job, []).append([t for t in self.early_steps.pop(job, []) if t >= e.ts])
             for a in b.allocation:
                 self.users.setdefault(a.node, set()).add(job)
             self.ended.pop(job, None)
@@ -115,6 +117,8 @@ class Watch(_Oracle):
             self.sels.append((node, e.ts))
         elif isinstance(b, ev.TrainStep) and job and self.steps.get(job):
             self.steps[job][-1].append(e.ts)
+        elif isinstance(b, ev.TrainStep) and job:
+            self.early_steps.setdefault(job, []).append(e.ts)
         elif isinstance(b, ev.TrainerHeartbeat) and job:
             self.spun[job] = e.ts
         elif isinstance(b, ev.CheckpointLoaded) and job and b.step is not None:

@@ -317,3 +317,19 @@ NO_SPACE_THEN_CRASH = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbe
 
 def test_a_write_out_of_space_is_storage_s_though_the_node_dies_later() -> None:
     assert violations(NO_SPACE_THEN_CRASH, HOLDING) == []
+
+
+# The soak's find on the oracle (FLEET_SEED=20261305): job2 steps every 60 s, and its job_started line arrives 120 s
+# late, after its first step. The engine counts that step (stamped after the run began) and knew three intervals
+# when a collective timeout made it judge; the oracle dropped a step heard before its run's start line and saw two.
+# A step counts for the run by its time, whatever order the lines came in (fleet_checks.Watch.early_steps).
+_J60_300 = JobPlan(nodes=1, half=False, elastic=None, every=60.0, interval=300.0, local=False, resume=None)
+STEP_BEFORE_START = FleetPlan(nodes=12, gpus=4, rack=4, duration=1800.0, heartbeat=120.0, nvml=120.0, jobs=(
+    _J300, _J300, _J60_300), faults=(FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+                                     FaultPlan(kind='nccl', at=0.5, job=2, pick=0, code=0, late=None, dup=False),
+                                     FaultPlan(kind='ckpt_stale', at=0.25, job=0, pick=0, code=0, late=120.0,
+                                               dup=False)), skew=None)
+
+
+def test_a_step_heard_before_its_run_s_start_line_counts_toward_the_cadence() -> None:
+    assert violations(STEP_BEFORE_START, HOLDING) == []
