@@ -198,8 +198,6 @@ class BmcView:
     heard: Instant | None = None  # event time of its newest report (power, SEL or a failed poll)
     gaps: Annotated[deque[float], Bounded(BMC_GAPS)] = field(default_factory=lambda: deque(maxlen=BMC_GAPS))
     hardware_at: Instant | None = None  # the newest hardware SEL (or machine check) it, or the kernel, logged
-    node_fault_at: Instant | None = None  # ...of the node's own parts (CPU, memory, board): not a power supply
-    node_fault: str = ""  # what that newest one was, for the incident's text
     # every fault of its own parts, (when, what), as they came: a second SEL does not hide the first
     node_faults: Annotated[deque[tuple[Instant, str]], Bounded(NODE_FAULTS)] = field(
         default_factory=lambda: deque(maxlen=NODE_FAULTS))
@@ -220,8 +218,25 @@ class BmcView:
         if component == "power_supply":
             return
         self.node_faults.append((ts, component))
-        if self.node_fault_at is None or ts >= self.node_fault_at:
-            self.node_fault_at, self.node_fault = ts, component
+
+    def _newest_node_fault(self) -> tuple[datetime, str] | None:
+        newest = None
+        for fault in self.node_faults:  # the latest logged wins a tie
+            if newest is None or fault[0] >= newest[0]:
+                newest = fault
+        return newest
+
+    @property
+    def node_fault_at(self) -> datetime | None:
+        """When the newest fault of the node's own parts (CPU, memory, board: not a power supply) was logged."""
+        newest = self._newest_node_fault()
+        return newest[0] if newest else None
+
+    @property
+    def node_fault(self) -> str:
+        """What that newest fault was, for the incident's text."""
+        newest = self._newest_node_fault()
+        return newest[1] if newest else ""
 
     def node_fault_near(self, at: datetime, lookback_s: float) -> tuple[datetime, str] | None:
         """The fault of the node's own parts nearest ``at``, within ``lookback_s`` of it either way (the
