@@ -102,7 +102,9 @@ class IncidentLifecycle:
             inc = s.incident(inc_id) if inc_id else None
             breach = j is not None and inc_id == j.breach  # a fence's incident carries the run, even closed
             if inc is not None and (inc.state != "closed" or breach) and (inc.job == job or takes_breach(inc, j)):
-                inc.job = job  # a job-less fence's incident takes the run it breached
+                if inc.job != job:  # a job-less fence's incident takes the run it breached: the job's now
+                    inc.job = job
+                    s.job_history.setdefault(job, []).append(inc.ref)
                 return inc
         held = s.failure_of(job)  # waiting for a person, and the job has not run again since: the same failure
         if held is not None and held.state == "escalated" and j is not None and held.run == j.starts:

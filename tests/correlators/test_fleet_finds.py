@@ -13,6 +13,8 @@ from builder import at_iso
 from fleet import FaultPlan, FleetPlan, JobPlan, build
 from test_fleet_invariants import HOLDING, _keeps, violations
 
+from faultline.outcome import decide_offline
+
 _J = JobPlan(nodes=1, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None)
 
 
@@ -333,3 +335,23 @@ STEP_BEFORE_START = FleetPlan(nodes=12, gpus=4, rack=4, duration=1800.0, heartbe
 
 def test_a_step_heard_before_its_run_s_start_line_counts_toward_the_cadence() -> None:
     assert violations(STEP_BEFORE_START, HOLDING) == []
+
+
+# The 10,000-example soak's find (FLEET_SEED=20261306): job0 is cancelled at 150 s; XID 79 on its idle GPU 0 then
+# opens a job-less incident that quarantines it. The scheduler starts job0 again on that GPU (a breach), the run fails
+# there, and the fence's incident takes the run (lifecycle._continued) -- but was never entered in the job's history,
+# so the job's cancel 47 s later found no incident of job0 to close, and the gate restarted a job a person had
+# cancelled. An incident that takes a job's run is that job's from then on, history included.
+SOAK_FIND_CANCELLED = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=120.0, jobs=(_J,), faults=(
+    FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='breach', at=0.375, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='cancel', at=0.75, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='cancel', at=0.25, job=0, pick=0, code=0, late=None, dup=False)), skew=None)
+
+
+def test_the_soaks_find_a_job_cancelled_after_failing_on_a_breached_fence_is_not_restarted() -> None:
+    _keeps(SOAK_FIND_CANCELLED, "ended")
+    out = decide_offline(build(SOAK_FIND_CANCELLED).lines())
+    assert not [c for c in out["commands"] if c["type"] == "restart_job"]
+    last = {i["id"]: i for i in out["incidents"]}
+    assert [(i["job"], i["state"]) for i in last.values()] == [("job0", "closed")]
