@@ -3,10 +3,11 @@
 * **Collectives** name the ranks that never arrived; the incident's culprit and its text are
   recomputed whenever the reports change (a text never says a rank is missing once it reported).
 * **Crashes** are software unless hardware explains them; a rank that dies on a GPU or node already
-  fenced dies of that hardware's known fault. A restarted run that dies before its first step with
-  a load error (policy ``checkpoints.load_failure_patterns``), or whose trainer said its checkpoint
-  failed, could not load that checkpoint: it is no longer valid, nothing is fenced for it, and the
-  failure continues the incident whose restart it was.
+  fenced dies of that hardware's known fault. A signal is a consequence of a known failure (its teardown);
+  a crash signal (SIGSEGV, SIGBUS, ...) is a cause, and so is a SIGKILL that is the job's first word of a
+  failure (an OOM killer whose line was lost, a kill from outside). A restarted run that dies before its
+  first step because its checkpoint would not load continues the incident whose restart it was
+  (:mod:`correlators.rules.load_failures`).
 * **Hangs** are timed against the job's own cadence: no step for max(``hang_min_s``, ``hang_factor`` x
   the longest recent step interval) plus its longest checkpoint save; found sooner (``hang_check``)
   when telemetry corroborates it -- every GPU of the job sampled since its last step busy at low power,
@@ -19,9 +20,7 @@
 
 from __future__ import annotations
 
-import functools
 import math
-import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
@@ -29,12 +28,13 @@ from correlators.attribution import exit_category
 from correlators.clock import source_key
 from correlators.findings import HARDWARE_CATEGORIES, Finding
 from correlators.job_progress import JobProgress
-from correlators.lifecycle import DONE, IncidentLifecycle
+from correlators.lifecycle import ACTIVE, DONE, IncidentLifecycle
 from correlators.restart_gate import human
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
 from correlators.rules.hang_witness import cadence_known, gpu_witness, heartbeat_witness, spinning
 from correlators.rules.hardware import HardwareRules
 from correlators.rules.held_writes import HeldWrites
+from correlators.rules.load_failures import died_loading
 from correlators.rules.verification import VerificationRules
 from correlators.timers import TimerKey, TimerName
 from correlators.topology import Job
@@ -42,15 +42,10 @@ from streams import events as ev
 
 __all__ = ["TrainingRules"]
 
-# Signals a process dies of by its own fault (native code crashed); SIGTERM, SIGKILL and SIGABRT
-# are how a launcher or the NCCL watchdog tears the others down: consequences, not causes.
+# Signals a process dies of by its own fault (native code crashed); SIGTERM, SIGKILL and SIGABRT are how a
+# launcher or the NCCL watchdog tears the others down: consequences, not causes -- but a SIGKILL before any
+# failure of the job is known is the failure (TrainingRules._on_worker_exit).
 CRASH_SIGNALS = {4: "SIGILL", 7: "SIGBUS", 8: "SIGFPE", 11: "SIGSEGV"}
-
-
-@functools.cache
-def _load_error(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    """The policy's load-failure patterns as one case-insensitive expression (never matching when empty)."""
-    return re.compile("|".join(f"(?:{x})" for x in patterns) or r"(?!)", re.IGNORECASE)
 
 
 class TrainingRules:
@@ -129,6 +124,11 @@ class TrainingRules:
             self._crash(e, "software_crash", f"rank {e.rank} killed by the host OOM killer")
         elif -b.exitcode in CRASH_SIGNALS:
             self._crash(e, "software_crash", f"rank {e.rank} died of {b.signal or CRASH_SIGNALS[-b.exitcode]}")
+        elif b.exitcode == -9 and ((inc := self.state.failure_of(e.job)) is None or inc.state not in ACTIVE):
+            # SIGKILL as the first word of a failure is its cause: the teardown of a known failure sends SIGTERM
+            # and SIGKILLs only what outlives it, after the first exit
+            self._crash(e, "software_crash", f"rank {e.rank} was killed (SIGKILL) with nothing said: the OOM killer "
+                        "whose kernel line did not reach faultline, or a kill from outside; see the node's kernel log")
         elif (inc := self.state.failure_of(e.job)) is not None:
             inc.add_evidence(e.id)  # killed by a signal: a consequence, not a cause
 
@@ -137,7 +137,7 @@ class TrainingRules:
             return
         node, gpus = self._rank_place(e.job, e.rank, e.node)
         category = exit_category(category) or category
-        if category == "software_crash" and self._load_failure(e.job, e.ts, text or reason, e.id):
+        if category == "software_crash" and died_loading(self.state, self.p, self.life, e.job, e.ts, text or reason, e.id):
             return
         fenced = self._fenced_cause(node, gpus)
         if fenced is not None and category in ("software_crash", "network_timeout"):
@@ -170,35 +170,6 @@ class TrainingRules:
         owner = self.state.incident(fence.incident)
         category = owner.category if owner is not None and owner.category in HARDWARE_CATEGORIES else fence.reason
         return category, fence.incident
-
-    def _load_failure(self, job: str, ts: datetime, text: str, evidence: str) -> bool:
-        """A restarted run died before its first step because its checkpoint would not load: mark the
-        checkpoint, and fail the job as the incident whose restart it was (nothing is fenced for it)."""
-        prog = self.state.job_progress(job)
-        book = prog.checkpoints
-        if book.loading is None or prog.run_steps or book.run_started is None or ts < book.run_started:
-            return False
-        told = any(ck.state == "failed_load" and ck.step == book.loading for ck in book.saved)
-        if not told and not _load_error(tuple(self.p.checkpoints.load_failure_patterns)).search(text):
-            return False
-        if book.load_failed:  # the same run's other reports of it (its exit, its error file's text)
-            inc = self.state.failure_of(job)
-            if inc is not None:
-                inc.add_evidence(evidence)
-            return True
-        book.load_failed = True
-        first = text.strip().splitlines()[0][:200] if text.strip() else "the run died before its first step"
-        ck = book.loaded_failed(first)
-        step = ck.step if ck is not None else book.loading
-        recovering = self.state.failure_of(job)  # the incident whose restart this run is
-        owner = recovering.id if recovering is not None and recovering.restart_attempts and \
-            recovering.state in ("verifying", "restarting", "awaiting_approval") else None
-        inc = self.life.failure(job, Finding("software_crash", ts, None, [],
-                                             f"checkpoint step {step} did not load: {first}", evidence,
-                                             belongs_to=owner))
-        if inc.id == owner or owner is None:
-            inc.load_failures += 1
-        return True
 
     def _rank_place(self, job: str, rank: int | None, node: str | None) -> tuple[str | None, list[int]]:
         j = self.state.topology.jobs.get(job)
