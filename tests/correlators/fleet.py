@@ -62,6 +62,7 @@ KINDS = (
     "ckpt_crash",  # the node dies (memory SEL) during a checkpoint write, whose failure is reported
     "cancel",  # the job is cancelled
     "vanish",  # a GPU disappears from NVML without a kernel line; its rank crashes
+    "kill",  # a rank is SIGKILLed with nothing said (exit -9, no error file); the others are torn down
 )
 SKEWED = ("kernel", "torchelastic", "framework", "bmc", "nvml", "trainer")
 
@@ -269,6 +270,8 @@ def _fault(cap: FleetCapture, plan: FleetPlan, f: FaultPlan, jobs: list[tuple[st
     elif k == "nccl" and len(ranks) > 1:
         cap.stop_training(job, max(t - 600, 20.0))
         cap.nccl_timeout(t, job, behind=[rank])
+    elif k == "kill":
+        cap.crash(t, job, rank, error=None, exitcode=-9)
     elif k == "oom":
         cap.cuda_oom(t, job, rank)
     elif k == "exception":

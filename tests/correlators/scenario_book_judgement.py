@@ -371,3 +371,33 @@ def elastic_without_launch_line_never_asks_for_a_partial_node() -> S:
         must=[restart("el", excludes_gpu=["n1", 3], gpus_min=8, gpus_max=8)],
         _check=_sized(8, 8, "allocation"),
     )
+
+
+# --- a kill with nothing said ------------------------------------------------------------------------
+@scenario
+def worker_killed_with_nothing_said_is_the_crash() -> S:
+    """A rank is SIGKILLed (exit -9, no error file, no OOM line) while the job runs; torchelastic then tears the
+    others down with SIGTERM and nothing else is said: the kill is the failure, found at once, not 150 s later as a
+    hang, and the job is restarted."""
+    cap = fleet("n1", "n2").job("pt", ["n1"])
+    cap.worker_exit(700, "pt", 5, -9)
+    for r in range(8):
+        if r != 5:
+            cap.worker_exit(701, "pt", r, -15)
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "software_crash", "opened_by": at_iso(700.5)}],
+        must=[restart("pt")], must_not=NO_FENCE)
+
+
+@scenario
+def sigkill_in_the_teardown_of_a_crash_is_its_consequence() -> S:
+    """A rank raises; torchelastic SIGTERMs the others and SIGKILLs the one that outlives the grace: one incident,
+    the exception's, the kill its evidence."""
+    cap = fleet("n1", "n2").job("pt", ["n1"])
+    cap.exception(700, "pt", 2).worker_exit(700.5, "pt", 2, 1, "ValueError: expected a batch of 16")
+    for r in range(8):
+        if r != 2:
+            cap.worker_exit(701, "pt", r, -9 if r == 6 else -15)
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "software_crash", "opened_by": at_iso(700.5)}],
+        must=[restart("pt")], must_not=NO_FENCE, at_most=[[{"type": "notify", "job": "pt"}, 1]])
