@@ -22,6 +22,7 @@ from faultline.bench.goodput import (
 )
 from faultline.bench.interruptions import measure_all
 from faultline.bench.precursors import forewarned, verify
+from faultline.bench.runner import goodput_lines
 
 
 def test_taxonomy_is_the_published_record() -> None:
@@ -173,6 +174,8 @@ def test_compare_reports_the_new_figures_and_the_phases_still_add_up() -> None:
     assert ettrs == sorted(ettrs)
     assert r["assumptions"]["restart_modes_s"] == load_policy(None).restart_modes.model_dump()
     assert r["assumptions"]["in_process_launcher"] is True and r["assumptions"]["predicted_share"] == {}
+    said = "\n".join(goodput_lines(r))  # what `faultline bench` prints at step 6/6
+    assert f"faultline {r['faultline_ettr']:.3f}" in said and "checkpoint-now" in said and "Young" in said
     totals, phases = breakdown(replace(Assumptions(), predicted_share={c: 0.5 for c in forewarned()}))
     for policy in ("baseline", "faultline"):
         summed = sum(v for cause in phases[policy].values() for v in cause.values())
