@@ -166,8 +166,11 @@ def _faultline_s(c: Cause, a: Assumptions, r: random.Random, t: Timing, modes: R
     detection to the first incident, fencing and gate from there to the restart command, then approval, and
     the way back the engine chose (:func:`way_back`). A person's repair where no restart was decided (then
     the person restarts the job as torchrun would), or no spare is left. An in-process restart of a cause
-    whose hardware stays broken lands on it again: it fails once more (found as the baseline finds it) and a
-    person repairs it, then the job is requeued and reloads."""
+    whose hardware stays broken lands on it again (an assumption of the model, not measured): it fails once
+    more, found as the baseline finds it; the restart of that repeat waits for a person's approval (the
+    engine restarts an unknown cause on its own once per job) and leaves the node out (a placed cause on
+    the same node again after a restart: ``recovery.PLACED_CAUSES``), back on a spare, or requeued
+    without one."""
     p = _phases()
     if t.restart_s is None:  # no restart decided: a person finds the failure and restarts the job
         p["detection"] = t.detect_s if t.detect_s is not None else (a.collective_timeout_s if c.hang else 0.0)
@@ -180,11 +183,12 @@ def _faultline_s(c: Cause, a: Assumptions, r: random.Random, t: Timing, modes: R
         if t.restart_needs_approval:
             p["approval_wait"] = r.uniform(*a.software_approval_s)
         p["requeue"], p["reload"] = way_back(t.restart_mode or "requeue", modes, a)
-        if c.hardware and t.restart_mode == "in_process":
+        if c.hardware and t.restart_mode == "in_process":  # back on the broken part: it fails again
             p["detection"] += a.collective_timeout_s if c.hang else 30.0
-            p["human_repair"] += r.uniform(*a.human_fix_s)
-            p["requeue"] += modes.requeue_s
-            p["reload"] += a.job_reload_s
+            p["approval_wait"] += r.uniform(*a.software_approval_s)  # the unknown cause's own restart is spent
+            requeue, reload = way_back("spare" if a.spare_capacity else "requeue", modes, a)
+            p["requeue"] += requeue  # the node the cause struck again after a restart is left out
+            p["reload"] += reload
     if c.hardware and not a.spare_capacity:
         p["human_repair"] += r.uniform(*a.human_fix_s)  # nowhere else to run: wait for the repair
     return p

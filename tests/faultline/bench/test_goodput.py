@@ -12,6 +12,7 @@ from faultline.bench.goodput import (
     LLAMA3_TAXONOMY,
     PHASES,
     Assumptions,
+    Cause,
     advised,
     breakdown,
     compare,
@@ -126,7 +127,12 @@ def test_without_torchrun_the_engine_requeues_and_it_costs_more() -> None:
 def test_a_restart_in_place_on_broken_hardware_fails_again() -> None:
     _, phases = breakdown(Assumptions())
     assert measure_all()["nic"].first.restart_mode == "in_process"  # the engine cannot blame the link
-    assert phases["faultline"]["nic"]["human_repair"] > 0 and phases["faultline"]["software_bug"]["human_repair"] == 0
+    nic, bug = phases["faultline"]["nic"], phases["faultline"]["software_bug"]
+    assert nic["human_repair"] == 0 and nic["approval_wait"] > 0  # the repeat waits for a person, then a spare
+    broken = breakdown(Assumptions(taxonomy=(Cause("nic", 7, True, True),)))[1]["faultline"]["nic"]
+    fixed = breakdown(Assumptions(taxonomy=(Cause("nic", 7, False, True),)))[1]["faultline"]["nic"]
+    assert broken["requeue"] > fixed["requeue"] and broken["detection"] > fixed["detection"]  # the repeat's cost
+    assert bug["human_repair"] == 0
 
 
 def test_only_the_causes_the_engine_forewarns_may_be_predicted() -> None:
