@@ -26,6 +26,7 @@ Per job (its latest run), from the archive's ``checkpoint_advice`` view (migrati
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from sinks.archive.advice_views import (
@@ -37,7 +38,7 @@ from sinks.archive.advice_views import (
 )
 from sinks.archive.store import Archive
 
-__all__ = ["COLUMNS", "RULE", "checkpoint_advice"]
+__all__ = ["COLUMNS", "RULE", "checkpoint_advice", "young_interval_s"]
 
 RULE = ("advised interval = sqrt(2 * MTBF * save time) (Young), clamped to [5 min, 24 h]; GPU-hours lost per "
         "day at interval t = (save/t + (t + save)/(2 * MTBF)) * GPUs * 24; cost = that at the job's interval "
@@ -47,6 +48,14 @@ COLUMNS = ("job", "gpus", "gpu_name", "saves", "interval_s", "interval_source", 
            "mtbf_basis", "failures", "exposure_gpu_hours", "mtbf_h", "advised_interval_s",
            "lost_gpu_hours_per_day_now", "lost_gpu_hours_per_day_advised", "cost_gpu_hours_per_day")
 """What each job's row holds, in order (``--json`` and the table)."""
+
+
+def young_interval_s(mtbf_s: float, save_s: float) -> float:
+    """The advised interval of :data:`RULE` in seconds: Young's ``sqrt(2 · MTBF · save)``, clamped to
+    [:data:`~sinks.archive.advice_views.MIN_INTERVAL_S`, :data:`~sinks.archive.advice_views.MAX_INTERVAL_S`]
+    -- what the ``checkpoint_advice`` view computes in SQL (``advised_s``), for a model or a report that has
+    the MTBF and the save time in hand."""
+    return min(max(math.sqrt(2 * mtbf_s * save_s), MIN_INTERVAL_S), MAX_INTERVAL_S)
 
 
 def checkpoint_advice(archive: Archive) -> dict[str, Any]:

@@ -14,12 +14,22 @@ again. What differs between the policies is that time:
   broken, the restart fails again the same way, up to ``max_restarts``, and a
   person finally removes the bad node by hand.
 * faultline: when the failure is known, whether its hardware is fenced, when the
-  restart is issued and whether it waits for a person's approval are *measured*:
-  :mod:`faultline.bench.interruptions` generates each cause's signals for a
-  running job and runs the real engine over them (twice per cause: the engine
-  restarts a cause it cannot blame on hardware on its own once per job, then asks
-  a person). Then the scheduler's relaunch and the checkpoint reload, as for the
-  baseline; a cause no restart answers waits for a person.
+  restart is issued, whether it waits for a person's approval and which way the job
+  comes back (``params.mode``) are *measured*: :mod:`faultline.bench.interruptions`
+  generates each cause's signals for a running job and runs the real engine over
+  them (twice per cause: the engine restarts a cause it cannot blame on hardware on
+  its own once per job, then asks a person). The way back costs what the engine's
+  default policy says that mode costs (``restart_modes``, :mod:`correlators.restart_mode`),
+  see :func:`way_back`; a cause no restart answers waits for a person, who restarts
+  it as torchrun would. ``faultline_ettr`` is this arm: the engine's modes are in it.
+
+checkpoint_now (a stated assumption, zero unless given): ``predicted_share`` is, per
+cause, the share of its occurrences preceded by a precursor that faultline answers
+with ``checkpoint_now`` in time; such an occurrence loses ``checkpoint_save_s`` of
+work instead of up to an interval. Only the causes whose precursor the real engine
+answers in time (:func:`faultline.bench.precursors.forewarned`) may have a share.
+The draws of which occurrences are forewarned come from their own random stream, so
+a share of 0 leaves every other draw, and the result, as it was.
 
 Where the time goes: every interruption's GPU-hours are split into :data:`PHASES` (lost work, detection,
 fencing and gate, approval wait, requeue, reload, a person's repair), per cause and policy
@@ -36,9 +46,14 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from correlators.policy import load_policy
+from correlators.restart_mode import RestartModes
 from faultline.bench.interruptions import CauseTiming, Timing, as_json, measure_all
+from faultline.bench.precursors import forewarned, verify
+from sinks.checkpoint_advice import young_interval_s
 
-__all__ = ["Cause", "LLAMA3_TAXONOMY", "PHASES", "Assumptions", "breakdown", "simulate", "compare", "ettr"]
+__all__ = ["Cause", "LLAMA3_TAXONOMY", "PHASES", "Assumptions", "breakdown", "simulate", "compare", "ettr",
+           "way_back", "mtbf_s", "checkpoint_now_sensitivity", "advised"]
 
 
 @dataclass(frozen=True)
@@ -85,8 +100,14 @@ class Assumptions:
     job_reload_s: float = 300            # load the checkpoint and warm up, either way
     software_approval_s: tuple[float, float] = (900, 3600)  # a restart that waits for a person's approval
     spare_capacity: bool = True          # healthy spares exist to restart on (the job is fixed-size)
+    # the job is launched by torchrun (torchelastic), which can restart its workers in process: the same
+    # launcher the baseline's restarts in place assume; the engine sees it and may choose in_process
+    in_process_launcher: bool = True
     checkpoint_save_s: float = 30.0      # training blocked per checkpoint save (either policy), for ETTR
     seed: int = 1
+    # cause -> share of its occurrences forewarned in time by a precursor faultline answers with checkpoint_now
+    # (an assumption; none unless given, and only for the causes precursors.forewarned() verifies)
+    predicted_share: dict[str, float] = field(default_factory=dict)
     taxonomy: tuple[Cause, ...] = field(default=LLAMA3_TAXONOMY)
     # cause -> what the engine did (None: measured by running it, faultline/bench/interruptions.py)
     timings: dict[str, CauseTiming] | None = None
@@ -97,9 +118,10 @@ Phases = dict[str, float]
 PHASES = ("lost_work", "detection", "fencing_gate", "approval_wait", "requeue", "reload", "human_repair")
 """Where an interruption's GPU-hours go: the work since the last checkpoint; the time until the failure is
 known (the engine's first incident; for torchrun, the collective timeout of a hang); fencing and the restart
-gate, until the restart command; a person's approval of it; the scheduler's relaunch (torchrun's restart
-chain); the checkpoint reload and warm-up; a person's repair (no restart decided, no spare, or torchrun's
-restart budget spent on broken hardware)."""
+gate, until the restart command; a person's approval of it; the way back (torchrun's restart chain; for
+faultline, the restart mode's seconds -- all of them for in_process, whose seconds include its reload); the
+checkpoint reload and warm-up where the way back does not include it; a person's repair (no restart
+decided, no spare, or a restart in place spent on broken hardware)."""
 
 
 def _phases() -> Phases:
@@ -128,21 +150,45 @@ def _baseline_s(c: Cause, a: Assumptions, r: random.Random) -> Phases:
     return p
 
 
-def _faultline_s(c: Cause, a: Assumptions, r: random.Random, t: Timing) -> Phases:
+def way_back(mode: str, modes: RestartModes, a: Assumptions) -> tuple[float, float]:
+    """(requeue, reload) seconds of a restart the engine sent back by ``mode``: the mode's seconds from the
+    policy (``restart_modes``), and the checkpoint reload ``job_reload_s`` on top where they do not include it.
+    The policy's ``in_process_s`` is a torchelastic re-rendezvous *and reload* (:mod:`correlators.restart_mode`),
+    so an in-process restart adds none; ``spare_s`` and ``requeue_s`` are the placement and the queue, and the
+    job loads its checkpoint after either."""
+    if mode == "in_process":
+        return modes.in_process_s, 0.0
+    return (modes.spare_s if mode == "spare" else modes.requeue_s), a.job_reload_s
+
+
+def _faultline_s(c: Cause, a: Assumptions, r: random.Random, t: Timing, modes: RestartModes) -> Phases:
     """Downtime when faultline acts as the engine decided (``t``: this occurrence's measured timing), by phase:
-    detection to the first incident, fencing and gate from there to the restart command, then approval,
-    requeue and reload; a person's repair where no restart was decided, or no spare is left."""
+    detection to the first incident, fencing and gate from there to the restart command, then approval, and
+    the way back the engine chose (:func:`way_back`). A person's repair where no restart was decided (then
+    the person restarts the job as torchrun would), or no spare is left. An in-process restart of a cause
+    whose hardware stays broken lands on it again (an assumption of the model, not measured): it fails once
+    more, found as the baseline finds it; the restart of that repeat waits for a person's approval (the
+    engine restarts an unknown cause on its own once per job) and leaves the node out (a placed cause on
+    the same node again after a restart: ``recovery.PLACED_CAUSES``), back on a spare, or requeued
+    without one."""
     p = _phases()
     if t.restart_s is None:  # no restart decided: a person finds the failure and restarts the job
         p["detection"] = t.detect_s if t.detect_s is not None else (a.collective_timeout_s if c.hang else 0.0)
         p["human_repair"] = r.uniform(*a.human_fix_s)
+        p["requeue"] = r.uniform(*a.torchrun_restart_s)
+        p["reload"] = a.job_reload_s
     else:
         p["detection"] = min(t.detect_s if t.detect_s is not None else t.restart_s, t.restart_s)
         p["fencing_gate"] = t.restart_s - p["detection"]
         if t.restart_needs_approval:
             p["approval_wait"] = r.uniform(*a.software_approval_s)
-    p["requeue"] = r.uniform(*a.torchrun_restart_s)
-    p["reload"] = a.job_reload_s
+        p["requeue"], p["reload"] = way_back(t.restart_mode or "requeue", modes, a)
+        if c.hardware and t.restart_mode == "in_process":  # back on the broken part: it fails again
+            p["detection"] += a.collective_timeout_s if c.hang else 30.0
+            p["approval_wait"] += r.uniform(*a.software_approval_s)  # the unknown cause's own restart is spent
+            requeue, reload = way_back("spare" if a.spare_capacity else "requeue", modes, a)
+            p["requeue"] += requeue  # the node the cause struck again after a restart is left out
+            p["reload"] += reload
     if c.hardware and not a.spare_capacity:
         p["human_repair"] += r.uniform(*a.human_fix_s)  # nowhere else to run: wait for the repair
     return p
@@ -153,11 +199,25 @@ def _unknown_cause(t: CauseTiming) -> bool:
     return t.first.restart_needs_approval is False and t.again.restart_needs_approval is True
 
 
+def _shares(a: Assumptions) -> dict[str, float]:
+    """``predicted_share`` checked: shares in [0, 1], and none for a cause the engine does not forewarn."""
+    given = {c: v for c, v in a.predicted_share.items() if v}
+    if any(not 0 <= v <= 1 for v in given.values()):
+        raise ValueError(f"predicted shares must be in [0, 1]: {given}")
+    unverified = sorted(set(given) - set(forewarned()))
+    if unverified:
+        raise ValueError(f"no checkpoint_now in time from the engine for {unverified}: their share stays 0")
+    return given
+
+
 def breakdown(a: Assumptions) -> tuple[dict[str, float], dict[str, dict[str, Phases]]]:
     """:func:`simulate`'s totals, and the same GPU-hours per policy, per cause, per phase of :data:`PHASES`
     (they add up to the totals)."""
-    timings = a.timings if a.timings is not None else measure_all()
+    timings = a.timings if a.timings is not None else measure_all(a.in_process_launcher, a.spare_capacity)
+    modes = load_policy(None).restart_modes
+    shares = _shares(a)
     r = random.Random(a.seed)
+    forewarn = random.Random(f"forewarned-{a.seed}")  # its own stream: shares leave the other draws alone
     events = [c for c in a.taxonomy for _ in range(c.count)]
     r.shuffle(events)
     gpu_h = a.gpus / 3600
@@ -165,14 +225,16 @@ def breakdown(a: Assumptions) -> tuple[dict[str, float], dict[str, dict[str, Pha
     unknown_restarted = False  # the job's automatic restart of a cause not blamed on hardware is used up
     for c in events:
         progress = _lost_progress_s(a, r)
+        saved = forewarn.random() < shares.get(c.name, 0.0)  # checkpoint_now landed before the failure
         timing = timings[c.name]
         occurrence = timing.again if unknown_restarted and _unknown_cause(timing) else timing.first
         unknown_restarted = unknown_restarted or _unknown_cause(timing)
-        drawn = (("baseline", _baseline_s(c, a, random.Random(r.random()))),
-                 ("faultline", _faultline_s(c, a, random.Random(r.random()), occurrence)))
-        for policy, phases in drawn:
+        drawn = (("baseline", progress, _baseline_s(c, a, random.Random(r.random()))),
+                 ("faultline", a.checkpoint_save_s if saved else progress,
+                  _faultline_s(c, a, random.Random(r.random()), occurrence, modes)))
+        for policy, lost_s, phases in drawn:
             into = spent[policy][c.name]
-            into["lost_work"] += progress * gpu_h
+            into["lost_work"] += lost_s * gpu_h
             for phase, seconds in phases.items():
                 into[phase] += seconds * gpu_h
     totals = {"interruptions": len(events),
@@ -214,18 +276,60 @@ def _medians_and_phases(a: Assumptions, runs: int) -> tuple[dict[str, float], di
     return medians, where
 
 
+def _faultline_ettr(a: Assumptions, runs: int) -> float:
+    return round(ettr(a, _medians(a, runs)["faultline_lost_gpu_hours"]), 4)
+
+
+def mtbf_s(a: Assumptions) -> float:
+    """The whole job's mean time between interruptions in the model: the run over its taxonomy's count."""
+    return a.days * 86_400 / sum(c.count for c in a.taxonomy)
+
+
+def _forewarned(a: Assumptions, share: float) -> Assumptions:
+    return replace(a, predicted_share={c: share for c in forewarned()})
+
+
+def checkpoint_now_sensitivity(a: Assumptions, runs: int, shares: tuple[float, ...] = (0, 0.25, 0.5)) -> list[Any]:
+    """faultline's ETTR at ``a``'s interval when each of ``shares`` of the occurrences of every cause the
+    engine forewarns (:func:`faultline.bench.precursors.forewarned`) is saved by ``checkpoint_now``."""
+    return [{"predicted_share": share, "causes": list(forewarned()),
+             "faultline_ettr": _faultline_ettr(_forewarned(a, share), runs)} for share in shares]
+
+
+def advised(a: Assumptions, runs: int, saves: tuple[float, ...] = (30, 10, 5), share: float = 0.5) -> dict[str, Any]:
+    """Young's interval (:func:`sinks.checkpoint_advice.young_interval_s`, the rule ``faultline report
+    checkpoints`` advises) from the model's MTBF (:func:`mtbf_s`) and ``checkpoint_save_s``; faultline's ETTR
+    there, without and with checkpoint-now at ``share``; and the same at each save time of ``saves``
+    (asynchronous checkpointing blocks training for less), each at its own advised interval."""
+    def at(save_s: float) -> dict[str, Any]:
+        tau = young_interval_s(mtbf_s(a), save_s)
+        here = replace(a, checkpoint_interval_s=tau, checkpoint_save_s=save_s)
+        return {"checkpoint_save_s": save_s, "interval_s": round(tau, 1),
+                "faultline_ettr": _faultline_ettr(here, runs),
+                "faultline_ettr_checkpoint_now": _faultline_ettr(_forewarned(here, share), runs)}
+    return {"rule": "interval = sqrt(2 * MTBF * save) (Young), clamped to [5 min, 24 h]", "mtbf_s": round(mtbf_s(a)),
+            "predicted_share": share, **at(a.checkpoint_save_s), "by_save_time": [at(s) for s in saves]}
+
+
 def compare(a: Assumptions | None = None, runs: int = 20,
             intervals: tuple[float, ...] = (600, 1800, 3600, 7200)) -> dict[str, Any]:
     """Median over ``runs`` seeds, with every assumption stated, the engine's measured timings, and ETTR at
-    the assumed checkpoint interval and at each of ``intervals`` (the sensitivity to it)."""
+    the assumed checkpoint interval and at each of ``intervals`` (the sensitivity to it).
+
+    ``faultline_ettr`` is the faultline arm as the engine decides it, restart modes included (there is no
+    separate figure "with modes"). ``checkpoint_now_sensitivity`` is that ETTR at the assumed interval for
+    predicted shares 0, 0.25 and 0.5 (:func:`checkpoint_now_sensitivity`); ``advised`` is the job following
+    the interval advice (:func:`advised`). Both take ``runs // 2`` seeds, as the interval sensitivity does."""
     a = a or Assumptions()
-    timings = a.timings if a.timings is not None else measure_all()
+    timings = a.timings if a.timings is not None else measure_all(a.in_process_launcher, a.spare_capacity)
     a = replace(a, timings=timings)
     med, where = _medians_and_phases(a, runs)
     total_gpu_h = a.gpus * a.days * 24
     assumptions = {k: v for k, v in asdict(a).items() if k not in ("taxonomy", "timings")}
     assumptions["taxonomy"] = {c.name: {"count": c.count, "stays_broken": c.hardware, "hang": c.hang}
                                for c in a.taxonomy}
+    assumptions["restart_modes_s"] = load_policy(None).restart_modes.model_dump()  # the engine's default policy
+    assumptions["checkpoint_now_lead_s"] = verify()  # per precursor: how early the real engine asked to save
     sensitivity = []
     for interval in intervals:
         at = replace(a, checkpoint_interval_s=interval)
@@ -242,6 +346,8 @@ def compare(a: Assumptions | None = None, runs: int = 20,
         "baseline_ettr": round(ettr(a, med["baseline_lost_gpu_hours"]), 4),
         "faultline_ettr": round(ettr(a, med["faultline_lost_gpu_hours"]), 4),
         "ettr_by_checkpoint_interval": sensitivity,
+        "checkpoint_now_sensitivity": checkpoint_now_sensitivity(a, max(1, runs // 2)),
+        "advised": advised(a, max(1, runs // 2)),
         "published_anchors": {"meta_llama3_effective_training_time": "> 0.90",
                               "bytedance_byterobust_ettr": 0.97},
         "where_the_time_goes": where,

@@ -11,6 +11,13 @@ causes are retried once automatically, then wait for a person: ``unknown_cause_a
 
 What the signals are is a model too, and is stated here per cause (:data:`SIGNALS`). The collective
 timeout a hang waits for is the NCCL default (600 s, ``Timeout(ms)=600000``).
+
+The job and its cell are two stated assumptions, both parameters of :func:`measure`: whether its
+launcher is torchelastic and says so (``torchrun --nnodes=4:4 --nproc_per_node=8``, the line the
+engine reads as the launcher that can restart workers in process), and whether the inventory holds a
+spare node beside the job's four (the healthy GPUs a restart without the broken ones can run on).
+The engine chooses each restart's way back (``params.mode``, :mod:`correlators.restart_mode`) from
+them; :class:`Timing` records it.
 """
 
 from __future__ import annotations
@@ -244,6 +251,7 @@ class Timing:
     fence_s: float | None  # the first fence of its hardware (quarantine, cordon, drain)
     restart_s: float | None  # the restart command, approved or waiting for a person
     restart_needs_approval: bool | None
+    restart_mode: str | None = None  # the restart's way back as the engine chose it (``params.mode``)
 
 
 @dataclass(frozen=True)
@@ -252,7 +260,9 @@ class CauseTiming:
     again: Timing  # the same cause, to the same job, hours later
 
 
-def _running_job(start: datetime, end: datetime) -> Iterator[tuple[datetime, Obs]]:
+def _running_job(start: datetime, end: datetime, launcher: bool) -> Iterator[tuple[datetime, Obs]]:
+    if launcher:  # what torchrun logs as it starts: the engine's evidence it can restart workers in process
+        yield _framework(start, 0, 0, f"torchrun --nnodes={NODES}:{NODES} --nproc_per_node={GPUS} train.py")
     yield _at(start, {"source": "scheduler", "event": "job_started", "job": JOB, "allocation": [
         {"node": _node(n), "gpus": list(range(GPUS)), "ranks": list(range(n * GPUS, (n + 1) * GPUS))}
         for n in range(NODES)], "world_size": NODES * GPUS,
@@ -272,8 +282,9 @@ def _running_job(start: datetime, end: datetime) -> Iterator[tuple[datetime, Obs
         t += timedelta(seconds=10)
 
 
-def _telemetry(start: datetime, end: datetime, silent: dict[int, datetime]) -> Iterator[tuple[datetime, Obs]]:
-    for n in range(NODES + 1):
+def _telemetry(start: datetime, end: datetime, silent: dict[int, datetime],
+               spare: bool) -> Iterator[tuple[datetime, Obs]]:
+    for n in range(NODES + 1 if spare else NODES):
         yield _at(start, {"source": "inventory", "node": _node(n), "rack": "r1", "gpus": [
             {"index": i, "uuid": _uuid(n, i), "pci_bus_id": f"00000000:{_pci(i)}:00.0", "name": "NVIDIA H100 80GB HBM3",
              "power_domain": f"psu-{'A' if i < 4 else 'B'}"} for i in range(GPUS)]})
@@ -283,15 +294,16 @@ def _telemetry(start: datetime, end: datetime, silent: dict[int, datetime]) -> I
             t += timedelta(seconds=15)
 
 
-def _capture(cause: str, fault_at: list[datetime], end: datetime) -> list[bytes]:
+def _capture(cause: str, fault_at: list[datetime], end: datetime, launcher: bool, spare: bool) -> list[bytes]:
     """The job runs, the cause strikes, the job is started again (as a scheduler would, without the hardware
-    the first time broke), the cause strikes again."""
+    the first time broke), the cause strikes again. ``launcher``: the job is launched by torchrun, which says
+    so; ``spare``: the inventory holds a fifth node."""
     _, signals = SIGNALS[cause]
     silent = {SILENT_NODE[cause][k]: t for k, t in enumerate(fault_at)} if cause in SILENT_NODE else {}
-    obs: list[tuple[datetime, Obs]] = [*_telemetry(T0, end, silent)]
+    obs: list[tuple[datetime, Obs]] = [*_telemetry(T0, end, silent, spare)]
     starts = [T0 + timedelta(seconds=5)] + [t + timedelta(seconds=COLLECTIVE_TIMEOUT_S + 300) for t in fault_at[:-1]]
     for k, (start, fault) in enumerate(zip(starts, fault_at, strict=True)):
-        obs += _running_job(start, fault)
+        obs += _running_job(start, fault, launcher)
         obs += signals(fault, k)
     obs.sort(key=lambda x: x[0])
     return [json.dumps(o, allow_nan=True).encode() for _, o in obs]
@@ -323,26 +335,28 @@ def _timing(decisions: list[Incident | Command], fault: datetime, until: datetim
 
     first = incidents[0] if incidents else None
     return Timing(first.category if first else None, after(first), after(fences[0] if fences else None),
-                  after(restarts[0] if restarts else None), restarts[0].requires_approval if restarts else None)
+                  after(restarts[0] if restarts else None), restarts[0].requires_approval if restarts else None,
+                  restarts[0].params.get("mode") if restarts else None)
 
 
 def _when(d: Incident | Command) -> datetime:
     return d.issued_at if isinstance(d, Command) else (d.updated_at or d.opened_at)
 
 
-def measure(cause: str) -> CauseTiming:
-    """The engine's timings for ``cause`` happening to a running job, and again hours later."""
+def measure(cause: str, launcher: bool = True, spare: bool = True) -> CauseTiming:
+    """The engine's timings for ``cause`` happening to a running job, and again hours later (``launcher``,
+    ``spare``: :func:`_capture`)."""
     first = T0 + timedelta(hours=1)
     again = first + timedelta(hours=3)  # Llama 3's run: 419 interruptions in 54 days, one every ~3 h
     end = again + timedelta(seconds=COLLECTIVE_TIMEOUT_S + 900)
-    decisions = _judge(_capture(cause, [first, again], end))
+    decisions = _judge(_capture(cause, [first, again], end, launcher, spare))
     return CauseTiming(_timing(decisions, first, again), _timing(decisions, again, end))
 
 
 @cache
-def measure_all() -> dict[str, CauseTiming]:
-    """:func:`measure` for every cause of :data:`SIGNALS` (computed once per process)."""
-    return {cause: measure(cause) for cause in SIGNALS}
+def measure_all(launcher: bool = True, spare: bool = True) -> dict[str, CauseTiming]:
+    """:func:`measure` for every cause of :data:`SIGNALS` (computed once per process and assumption)."""
+    return {cause: measure(cause, launcher, spare) for cause in SIGNALS}
 
 
 def as_json(timings: dict[str, CauseTiming]) -> dict[str, Any]:

@@ -350,11 +350,30 @@ def _every_section(bench: Bench, settings: Settings, sizes: Sizes, out: dict[str
     out.update(agent_cpu_pct(sizes.agent_seconds))
     _say("6/6 goodput from the engine's own decisions")
     out["goodput"] = compare(runs=sizes.goodput_runs)
+    for line in goodput_lines(out["goodput"]):
+        _say(line)
+
+
+def goodput_lines(g: dict[str, Any]) -> list[str]:
+    """The goodput section in brief: ETTR per arm at the assumed interval (faultline's with the restart modes
+    the engine chose), checkpoint-now's sensitivity, the advised interval, and where the lost GPU-hours go."""
+    interval = g["assumptions"]["checkpoint_interval_s"]
+    adv = g["advised"]
+    out = [f"   ETTR at a {interval / 60:g}-min interval: baseline {g['baseline_ettr']:.3f}, faultline "
+           f"{g['faultline_ettr']:.3f} (restart modes as the engine chose)",
+           "   with checkpoint-now for " + ", ".join(g["checkpoint_now_sensitivity"][0]["causes"]) + ": "
+           + ", ".join(f"share {row['predicted_share']:g} -> {row['faultline_ettr']:.3f}"
+                       for row in g["checkpoint_now_sensitivity"]),
+           f"   advised interval (Young, MTBF {adv['mtbf_s'] / 3600:.1f} h): "
+           + "; ".join(f"save {row['checkpoint_save_s']:g} s -> every {row['interval_s'] / 60:.1f} min, ETTR "
+                       f"{row['faultline_ettr']:.3f}, {row['faultline_ettr_checkpoint_now']:.3f} with checkpoint-now "
+                       f"at share {adv['predicted_share']:g}" for row in adv["by_save_time"])]
     for policy in ("baseline", "faultline"):
-        total = out["goodput"]["where_the_time_goes"][policy]["total"]
+        total = g["where_the_time_goes"][policy]["total"]
         whole = sum(total.values()) or 1
-        _say(f"   where {policy}'s lost GPU-hours go: "
-             + ", ".join(f"{phase} {share / whole:.0%}" for phase, share in total.items()))
+        out.append(f"   where {policy}'s lost GPU-hours go: "
+                   + ", ".join(f"{phase} {share / whole:.0%}" for phase, share in total.items()))
+    return out
 
 
 def _load() -> list[float]:
