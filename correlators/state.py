@@ -151,7 +151,7 @@ class EngineState:
     lost: dict[str, list[LostGpu]] = field(default_factory=dict)
     psu_sel: dict[str, list[Instant]] = field(default_factory=dict)  # power-supply SEL times, by node
     host_oom: dict[str, Instant] = field(default_factory=dict)  # the host OOM killer's last word, by node
-    rank_crashed: dict[str, Instant] = field(default_factory=dict)  # a rank's newest crash, by the node it ran on
+    rank_crashed: dict[str, list[Instant]] = field(default_factory=dict)  # ranks' newest crashes, by node (16 kept)
     held_writes: dict[str, list[Finding]] = field(default_factory=dict)  # failed checkpoint writes held, by job
     # --- liveness: in-band heartbeats, silence, the out-of-band view
     heartbeat: dict[str, Heartbeat] = field(default_factory=dict)

@@ -39,6 +39,9 @@ from streams import events as ev
 
 __all__ = ["HardwareRules"]
 
+#: Crash times kept per node: a fault of its own parts reported late still finds the crash beside it.
+RANK_CRASHES_KEPT = 16
+
 
 class HardwareRules:
     """XID, NVML and kernel-fault detectors, the fence debounce and the power grouping."""
@@ -103,7 +106,9 @@ class HardwareRules:
         """A rank placed on ``node`` crashed at ``ts``: the node's fault, if its parts failed near then (any of
         its faults: a later SEL of the same node hides neither the one beside the crash nor its time)."""
         s = self.state
-        s.rank_crashed[node] = ts if node not in s.rank_crashed else max(ts, s.rank_crashed[node])
+        crashes = s.rank_crashed.setdefault(node, [])
+        crashes.append(ts)
+        del crashes[:-RANK_CRASHES_KEPT]
         view = s.bmc.get(node)
         near = view.node_fault_near(ts, self.p.timing.hardware_lookback_s) if view is not None else None
         if near is not None:
@@ -112,10 +117,12 @@ class HardwareRules:
 
     def node_fault_logged(self, node: str, ts: datetime, evidence: str | None, what: str) -> None:
         """``node``'s own parts failed at ``ts`` (a hardware SEL or a machine check): a rank that crashed
-        there near then crashed of it."""
-        crashed = self.state.rank_crashed.get(node)
-        if self._near(crashed, ts):
-            self._node_fault(node, min(ts, crashed or ts), what, evidence)
+        there near then crashed of it (the crash nearest the fault: a later crash of the node, heard before a
+        late SEL, hides neither the one beside it nor its time)."""
+        near = [t for t in self.state.rank_crashed.get(node, ()) if self._near(t, ts)]
+        if near:
+            crashed = min(near, key=lambda t: abs((t - ts).total_seconds()))
+            self._node_fault(node, min(ts, crashed), what, evidence)
 
     def _near(self, then: datetime | None, now: datetime) -> bool:
         return then is not None and abs((now - then).total_seconds()) <= self.p.timing.hardware_lookback_s

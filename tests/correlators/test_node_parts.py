@@ -100,3 +100,21 @@ def test_a_crash_beside_the_first_fault_is_the_node_s_after_a_second() -> None:
     assert "memory fault" in found.reason
     rules.rank_crashed("n01", _at(500.0), "crash-2")  # near neither UE: a crash of its own
     assert len(life.failed) == 1
+
+
+def test_a_late_fault_finds_the_crash_beside_it_after_a_later_crash_of_the_node() -> None:
+    # The mirror of the case above: the node's ranks crashed at 76 s and (another run) at 400 s, and only then is the
+    # memory UE logged at 73.9 s heard. Compared with the node's newest crash only (400 s), the first crash was
+    # no longer the node's fault.
+    state = EngineState()
+    life = _Failures()
+    rules = HardwareRules(RuleContext(state, load_policy(), []), cast(IncidentLifecycle, life))
+    state.topology.apply_job_started("job0", JobStarted(
+        allocation=[RankAllocation(node="n01", gpus=[0, 1, 2, 3], ranks=[0, 1, 2, 3])], world_size=4))
+    rules.rank_crashed("n01", _at(76.0), "crash-1")
+    rules.rank_crashed("n01", _at(400.0), "crash-2")
+    assert life.failed == []  # nothing of the node's own parts known yet
+    state.bmc_view("n01").hardware_fault("memory", "Memory DIMM_B3 | Uncorrectable ECC", _at(73.9))
+    rules.node_fault_logged("n01", _at(73.9), "sel-1", "a memory fault logged by its BMC")
+    ((job, found),) = life.failed
+    assert (job, found.category, found.node, found.ts) == ("job0", "node_hardware_fault", "n01", _at(73.9))
