@@ -81,6 +81,7 @@ class RestartLimits(_Strict):
     per_s: float = 60
     fence_breaches: int = 2
     load_failures: int = 2
+    unknown_cause_window_s: float = Field(default=21_600, gt=0)
 
 
 #: Error texts of a checkpoint that does not load (truncated shards, missing keys, unreadable archives).

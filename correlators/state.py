@@ -164,7 +164,8 @@ class EngineState:
     # --- jobs
     progress: dict[str, JobProgress] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)  # restarts issued, by job
-    unknown_restarts: dict[str, int] = field(default_factory=dict)  # of those, for an unknown cause
+    unknown_restarts: dict[str, list[Instant]] = field(default_factory=dict)  # of those, for an unknown cause: when
+    # (those within the policy's restarts.unknown_cause_window_s, at most 16)
     restart_log: Annotated[deque[Instant], Bounded()] = field(default_factory=deque)  # cluster-wide, per_s
     # --- incidents: each held once, under its ref; everything else names it by ref
     incidents: dict[int, OpenIncident] = field(default_factory=dict)  # ref -> incident

@@ -12,7 +12,9 @@ The order of checks when an incident's ``settle`` timer fires:
 5. the restart: from the newest valid checkpoint of the job's current lineage outside the failure
    domain of what the restart leaves out (:mod:`correlators.checkpoints`), excluding every fenced GPU
    and node and what the gate excluded, each with why, for the size the job's elasticity allows and
-   its GPU class. Its reason and params say what it excluded and what its checkpoint choice cost.
+   its GPU class. Its reason and params say what it excluded and what its checkpoint choice cost. A cause
+   not blamed on hardware (:data:`UNKNOWN_CAUSES`) restarts on its own ``unknown_cause_auto_restarts``
+   times in any ``restarts.unknown_cause_window_s``; past that the restart waits for a person's approval.
 
 Whether the restarted job then really recovers is :mod:`correlators.rules.verification`'s.
 """
@@ -37,6 +39,7 @@ from correlators.topology import Job
 __all__ = ["RecoveryRules"]
 
 UNKNOWN_CAUSES = frozenset({"software_crash", "network_timeout", "training_hang"})
+UNKNOWN_RESTARTS_KEPT = 16  # restart times of unknown causes kept per job (those in the policy's window)
 # Causes that live in a place: failing again on the same node means the node is suspect.
 PLACED_CAUSES = (HARDWARE_CATEGORIES | {"network_timeout"}) - NODE_CATEGORIES
 
@@ -151,10 +154,13 @@ class RecoveryRules:
             reasons.append("leaving out " + "; ".join(
                 f"{x.node}{'' if x.gpu is None else f' GPU {x.gpu}'} ({x.why})" for x in decision.excluded))
         if inc.category in UNKNOWN_CAUSES:
-            if s.unknown_restarts.get(job.name, 0) >= self.p.unknown_cause_auto_restarts:
+            window = self.p.restarts.unknown_cause_window_s
+            recent = [t for t in s.unknown_restarts.get(job.name, ()) if (now - t).total_seconds() < window]
+            if len(recent) >= self.p.unknown_cause_auto_restarts:
                 approval = True
-                reasons.append("cause unknown and already retried: needs approval")
-            s.unknown_restarts[job.name] = s.unknown_restarts.get(job.name, 0) + 1
+                reasons.append(f"cause unknown and already retried ({len(recent)} restart(s) of an unknown cause "
+                               f"in the last {window / 3600:g} h): needs approval")
+            s.unknown_restarts[job.name] = [*recent, now][-UNKNOWN_RESTARTS_KEPT:]
         progress = s.job_progress(job.name)
         lost = set(extra_nodes) | {n for n in job.nodes if s.ledger.is_fenced(n)}
         ck, skipped = progress.checkpoints.restart_point(lost, *self._cutoff(inc))

@@ -416,3 +416,22 @@ def slow_recovery_with_the_trainers_clock_ahead() -> S:
         unique=[restart("pt")],
         _check=_state("escalated", "samples/s"),
     )
+
+
+@scenario
+def software_crash_a_quiet_day_later_restarts_on_its_own() -> S:
+    """A bug kills the job, the automatic restart works, and the job runs seven hours before the next software
+    crash. A crash loop waits for a person (``software_crash_loop_needs_approval``); a crash outside
+    ``restarts.unknown_cause_window_s`` (6 h) of the job's last restart of an unknown cause is the job's life:
+    it restarts on its own again."""
+    cap = fleet("n1", "n2", duration=8 * 3600, nvml=300.0, hb=60.0).job("pt", ["n1"])
+    cap.crash(700, "pt", rank=0, error="ValueError: shapes (16, 4096) and (8192,) not aligned")
+    cap.job("pt", ["n1"], at=1000)  # after the restart (the gate waits for the GPUs' 5-minute samples)
+    cap.crash(1000 + 7 * 3600, "pt", rank=3, error="KeyError: 'labels'")
+    return cap, expect(
+        no_other_incidents=False,
+        must=[restart("pt", requires_approval=False), {"type": "notify", "job": "pt"}],
+        must_not=NO_FENCE + [restart("pt", requires_approval=True)],
+        at_most=[[restart("pt"), 2]],
+        must_any=[[{"type": "restart_job", "job": "pt", "requires_approval": False}]],
+    )

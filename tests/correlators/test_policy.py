@@ -149,6 +149,16 @@ def test_unknown_cause_restarts_need_approval_from_the_first(tmp_path: Path) -> 
     assert restarts and all(c["requires_approval"] for c in restarts)
 
 
+def test_the_unknown_cause_window_is_the_policys(tmp_path: Path) -> None:
+    # seven hours between two software crashes: outside the default 6 h window both restart on their own
+    # (scenario software_crash_a_quiet_day_later_restarts_on_its_own); inside a 8 h one the second waits
+    out, _ = _decide("software_crash_a_quiet_day_later_restarts_on_its_own",
+                     _user(tmp_path, "restarts:\n  unknown_cause_window_s: 28800\n"))
+    restarts = [c["requires_approval"] for c in out["commands"] if c["type"] == "restart_job"]
+    assert restarts == [False, True]
+    assert "in the last 8 h" in [c for c in out["commands"] if c["type"] == "restart_job"][1]["reason"]
+
+
 def test_restart_rate_limit_is_the_policys(tmp_path: Path) -> None:
     out, _ = _decide("recovery_storm_staggered", _user(tmp_path, "restarts:\n  burst: 3\n  per_s: 120\n"))
     times = sorted(_ts(c["issued_at"]) for c in out["commands"] if c["type"] == "restart_job")
