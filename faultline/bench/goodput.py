@@ -17,8 +17,11 @@ again. What differs between the policies is that time:
   restart is issued, whether it waits for a person's approval and which way the job
   comes back (``params.mode``) are *measured*: :mod:`faultline.bench.interruptions`
   generates each cause's signals for a running job and runs the real engine over
-  them (twice per cause: the engine restarts a cause it cannot blame on hardware on
-  its own once per job, then asks a person). The way back costs what the engine's
+  them (twice per cause, three hours apart: the engine restarts a cause it cannot
+  blame on hardware on its own ``unknown_cause_auto_restarts`` times in the policy's
+  ``restarts.unknown_cause_window_s``, then asks a person; the interruptions are
+  spread uniformly over the run, and one within the window of the job's last such
+  restart is judged as the second time was). The way back costs what the engine's
   default policy says that mode costs (``restart_modes``, :mod:`correlators.restart_mode`),
   see :func:`way_back`; a cause no restart answers waits for a person, who restarts
   it as torchrun would. ``faultline_ettr`` is this arm: the engine's modes are in it.
@@ -108,6 +111,8 @@ class Assumptions:
     # cause -> share of its occurrences forewarned in time by a precursor faultline answers with checkpoint_now
     # (an assumption; none unless given, and only for the causes precursors.forewarned() verifies)
     predicted_share: dict[str, float] = field(default_factory=dict)
+    # the window the engine counts restarts of unknown causes over (None: its default policy's, 6 h)
+    unknown_cause_window_s: float | None = None
     taxonomy: tuple[Cause, ...] = field(default=LLAMA3_TAXONOMY)
     # cause -> what the engine did (None: measured by running it, faultline/bench/interruptions.py)
     timings: dict[str, CauseTiming] | None = None
@@ -168,7 +173,7 @@ def _faultline_s(c: Cause, a: Assumptions, r: random.Random, t: Timing, modes: R
     the person restarts the job as torchrun would), or no spare is left. An in-process restart of a cause
     whose hardware stays broken lands on it again (an assumption of the model, not measured): it fails once
     more, found as the baseline finds it; the restart of that repeat waits for a person's approval (the
-    engine restarts an unknown cause on its own once per job) and leaves the node out (a placed cause on
+    engine restarts an unknown cause on its own once in its window) and leaves the node out (a placed cause on
     the same node again after a restart: ``recovery.PLACED_CAUSES``), back on a spare, or requeued
     without one."""
     p = _phases()
@@ -195,7 +200,8 @@ def _faultline_s(c: Cause, a: Assumptions, r: random.Random, t: Timing, modes: R
 
 
 def _unknown_cause(t: CauseTiming) -> bool:
-    """A cause the engine restarts on its own the first time only (its budget is per job, all such causes)."""
+    """A cause the engine restarts on its own the first time only (its budget is per job and window, all such
+    causes)."""
     return t.first.restart_needs_approval is False and t.again.restart_needs_approval is True
 
 
@@ -214,21 +220,28 @@ def breakdown(a: Assumptions) -> tuple[dict[str, float], dict[str, dict[str, Pha
     """:func:`simulate`'s totals, and the same GPU-hours per policy, per cause, per phase of :data:`PHASES`
     (they add up to the totals)."""
     timings = a.timings if a.timings is not None else measure_all(a.in_process_launcher, a.spare_capacity)
-    modes = load_policy(None).restart_modes
+    engine = load_policy(None)
+    modes, budget = engine.restart_modes, engine.unknown_cause_auto_restarts
+    window = engine.restarts.unknown_cause_window_s if a.unknown_cause_window_s is None else a.unknown_cause_window_s
     shares = _shares(a)
     r = random.Random(a.seed)
     forewarn = random.Random(f"forewarned-{a.seed}")  # its own stream: shares leave the other draws alone
     events = [c for c in a.taxonomy for _ in range(c.count)]
     r.shuffle(events)
+    span = random.Random(f"when-{a.seed}")  # when each strikes, in order: its own stream too
+    when = sorted(span.uniform(0, a.days * 86_400) for _ in events)
     gpu_h = a.gpus / 3600
     spent: dict[str, dict[str, Phases]] = {p: {c.name: _phases() for c in a.taxonomy} for p in ("baseline", "faultline")}
-    unknown_restarted = False  # the job's automatic restart of a cause not blamed on hardware is used up
-    for c in events:
+    unknown_at: list[float] = []  # the job's restarts of causes not blamed on hardware: when
+    for c, at in zip(events, when, strict=True):
         progress = _lost_progress_s(a, r)
         saved = forewarn.random() < shares.get(c.name, 0.0)  # checkpoint_now landed before the failure
         timing = timings[c.name]
-        occurrence = timing.again if unknown_restarted and _unknown_cause(timing) else timing.first
-        unknown_restarted = unknown_restarted or _unknown_cause(timing)
+        occurrence = timing.first
+        if _unknown_cause(timing):  # on its own unknown_cause_auto_restarts times in the policy's window
+            recent = sum(1 for t in unknown_at if at - t < window)
+            occurrence = timing.again if recent >= budget else timing.first
+            unknown_at.append(at)
         drawn = (("baseline", progress, _baseline_s(c, a, random.Random(r.random()))),
                  ("faultline", a.checkpoint_save_s if saved else progress,
                   _faultline_s(c, a, random.Random(r.random()), occurrence, modes)))
@@ -328,7 +341,10 @@ def compare(a: Assumptions | None = None, runs: int = 20,
     assumptions = {k: v for k, v in asdict(a).items() if k not in ("taxonomy", "timings")}
     assumptions["taxonomy"] = {c.name: {"count": c.count, "stays_broken": c.hardware, "hang": c.hang}
                                for c in a.taxonomy}
-    assumptions["restart_modes_s"] = load_policy(None).restart_modes.model_dump()  # the engine's default policy
+    engine = load_policy(None)  # the engine's default policy
+    assumptions["restart_modes_s"] = engine.restart_modes.model_dump()
+    assumptions["unknown_cause_auto_restarts"] = {"restarts": engine.unknown_cause_auto_restarts,
+                                                  "window_s": engine.restarts.unknown_cause_window_s}
     assumptions["checkpoint_now_lead_s"] = verify()  # per precursor: how early the real engine asked to save
     sensitivity = []
     for interval in intervals:

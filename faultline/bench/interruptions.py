@@ -6,8 +6,9 @@ approve that -- are not assumed: :func:`measure` writes a capture of a running j
 checkpoints, telemetry, heartbeats) in which the cause happens, in the words the real sources use,
 and runs it through the capture screen, the parsers and the :class:`~correlators.engine.Correlator`
 exactly as ``faultline replay`` does (in-process, event time). Each cause happens twice to the same
-job, hours apart: the second time tells whether the engine restarts again on its own (software
-causes are retried once automatically, then wait for a person: ``unknown_cause_auto_restarts``).
+job, three hours apart: the second time tells whether the engine restarts again on its own (software
+causes are retried once automatically, then wait for a person: ``unknown_cause_auto_restarts``, counted
+over ``restarts.unknown_cause_window_s``, 6 h by default).
 
 What the signals are is a model too, and is stated here per cause (:data:`SIGNALS`). The collective
 timeout a hang waits for is the NCCL default (600 s, ``Timeout(ms)=600000``).

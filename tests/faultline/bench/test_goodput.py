@@ -186,3 +186,16 @@ def test_compare_reports_the_new_figures_and_the_phases_still_add_up() -> None:
     for policy in ("baseline", "faultline"):
         summed = sum(v for cause in phases[policy].values() for v in cause.values())
         assert summed == pytest.approx(totals[f"{policy}_lost_gpu_hours"], rel=1e-9)
+
+
+def test_an_unknown_cause_waits_for_approval_only_within_the_engine_s_window() -> None:
+    # The engine restarts an unknown cause on its own once per restarts.unknown_cause_window_s (6 h): over a
+    # 54-day run most such failures are far apart and restart on their own; counted per job forever (the rule
+    # before the window), every one after the first waited for a person.
+    def approval(window: float | None) -> float:
+        _, phases = breakdown(Assumptions(unknown_cause_window_s=window))
+        return phases["faultline"]["software_bug"]["approval_wait"]
+
+    default, forever = approval(None), approval(1e12)
+    assert 0 < default < forever / 2
+    assert approval(1.0) == 0  # no window: every software bug restarts on its own
