@@ -109,8 +109,8 @@ class Correlator:
         planner = Planner(policy, s.topology, s.ledger, s.hardware_work, s.blast)
         lemons = LemonRules(ctx)  # watches the lifecycle's versions: a lemon is fenced before its restart
         life = IncidentLifecycle(ctx, planner, watcher=lemons)
-        recovery = RecoveryRules(ctx, life, planner)
         verification = VerificationRules(ctx, life, planner)
+        recovery = RecoveryRules(ctx, life, planner, verification)
         hardware = HardwareRules(ctx, life)
         held = HeldWrites(ctx, life)  # a failed checkpoint write waits for its job's hardware to speak
         training = TrainingRules(ctx, life, verification, hardware, held)

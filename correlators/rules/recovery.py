@@ -9,7 +9,9 @@ The order of checks when an incident's ``settle`` timer fires:
    healthy, fenced or suspect -- else it waits (the incident says for what, until when), up to
    ``gate.max_wait_s``, after which what is still without a verdict is excluded;
 4. the cluster-wide rate limit (a recovery storm is staggered);
-5. the restart: from the newest valid checkpoint of the job's current lineage outside the failure
+5. a run the scheduler started on its own since the failure (a requeue), on nothing this restart would
+   leave out and nothing fenced, is not killed by a restart: it is verified as a restart's run would be;
+6. the restart: from the newest valid checkpoint of the job's current lineage outside the failure
    domain of what the restart leaves out (:mod:`correlators.checkpoints`), excluding every fenced GPU
    and node and what the gate excluded, each with why, for the size the job's elasticity allows and
    its GPU class. Its reason and params say what it excluded and what its checkpoint choice cost. A cause
@@ -31,8 +33,9 @@ from correlators.lifecycle import ACTIVE, IncidentLifecycle
 from correlators.node_parts import failed_parts
 from correlators.pinned import blamed_unfenced
 from correlators.planner import Planner
-from correlators.restart_gate import GateDecision, waiting_text
+from correlators.restart_gate import GateDecision, human, waiting_text
 from correlators.rules.base import EventHandler, OnTimer, RuleContext
+from correlators.rules.verification import VerificationRules
 from correlators.timers import TimerKey, TimerName
 from correlators.topology import Job
 
@@ -47,12 +50,14 @@ PLACED_CAUSES = (HARDWARE_CATEGORIES | {"network_timeout"}) - NODE_CATEGORIES
 class RecoveryRules:
     """Settle -> gate -> restart. No event of its own: the lifecycle arms ``settle``."""
 
-    def __init__(self, ctx: RuleContext, lifecycle: IncidentLifecycle, planner: Planner) -> None:
+    def __init__(self, ctx: RuleContext, lifecycle: IncidentLifecycle, planner: Planner,
+                 verification: VerificationRules) -> None:
         self.state = ctx.state
         self.p = ctx.policy
         self.out = ctx.out
         self.life = lifecycle
         self.plan = planner
+        self.verification = verification
         self.queue = ctx.state.timers
 
     def event_handlers(self) -> Mapping[str, EventHandler]:
@@ -112,6 +117,24 @@ class RecoveryRules:
             return
         self._restart(inc, job, due, decision)
 
+    def _relaunched(self, inc: OpenIncident, job: Job, now: datetime, nodes: set[str],
+                    gpus: set[tuple[str, int]]) -> bool:
+        """The scheduler started the job again since this round's failure, on nothing this restart would leave
+        out and nothing fenced: no restart kills that run; it proves its progress as a restart's would."""
+        started = self.state.job_progress(job.name).checkpoints.run_started
+        round_at = inc.gate.failure_at if inc.gate is not None else inc.opened_at
+        if not job.running or started is None or started <= round_at:
+            return False
+        ledger = self.state.ledger
+        for alloc in job.spec.allocation:
+            if alloc.node in nodes or ledger.is_fenced(alloc.node) or any(
+                    (alloc.node, g) in gpus or ledger.is_fenced(alloc.node, g) for g in alloc.gpus):
+                return False
+        self.life.gate.close(inc)
+        self.verification.verify_run(inc, started, now, f"the scheduler started {job.name} again at {human(started)}, "
+                                     "on none of what a restart would leave out: no restart; verifying its progress")
+        return True
+
     def _stop(self, inc: OpenIncident, now: datetime, message: str, why: str) -> None:
         self.out.extend(self.plan.notify(inc, now, message, "page"))
         self.life.set_state(inc, "escalated", now, why)
@@ -150,6 +173,8 @@ class RecoveryRules:
                 [*nodes, *(f"{n} GPU {g}" for n, g in gpus)]) + f" ({inc.category})")
         extra_nodes += [n for n in nodes if n not in extra_nodes]
         extra_gpus += [x for x in gpus if x not in extra_gpus]
+        if self._relaunched(inc, job, now, set(extra_nodes), set(extra_gpus)):
+            return
         if decision.excluded:
             reasons.append("leaving out " + "; ".join(
                 f"{x.node}{'' if x.gpu is None else f' GPU {x.gpu}'} ({x.why})" for x in decision.excluded))

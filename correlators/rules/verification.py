@@ -32,7 +32,8 @@ __all__ = ["VerificationRules"]
 
 class VerificationRules:
     """Verifying -> resolved or escalated. The scheduler rules call :meth:`start_verifying` (the job started
-    again), the training rules :meth:`check_progress` (a step)."""
+    again), recovery :meth:`verify_run` (the scheduler had started it before a restart was due), the training
+    rules :meth:`check_progress` (a step)."""
 
     def __init__(self, ctx: RuleContext, lifecycle: IncidentLifecycle, planner: Planner) -> None:
         self.state = ctx.state
@@ -52,12 +53,17 @@ class VerificationRules:
         """The job started again: a failure whose restart went out now has to prove progress (returned)."""
         inc = self.state.failure_of(job)
         if inc and inc.state in ("restarting", "awaiting_approval", "mitigating", "open") and inc.restart_attempts:
-            inc.verify_ok_since = inc.verify_short_since = None
-            inc.reran = inc.reran or now
-            self.life.set_state(inc, "verifying", now)
-            self.queue.arm_after("verify", (inc.id,), now, self.p.timing.verify_timeout_s)
+            self.verify_run(inc, now, now)
             return inc
         return None
+
+    def verify_run(self, inc: OpenIncident, started: datetime, now: datetime, why: str = "") -> None:
+        """``inc``'s job runs again since ``started`` (its restart's run, or one the scheduler started itself):
+        it has to prove progress."""
+        inc.verify_ok_since = inc.verify_short_since = None
+        inc.reran = inc.reran or started
+        self.life.set_state(inc, "verifying", now, why)
+        self.queue.arm_after("verify", (inc.id,), now, self.p.timing.verify_timeout_s)
 
     def check_progress(self, job: str, now: datetime) -> None:
         """A training step of a verifying job: resolve, keep verifying, or escalate a shortfall."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from builder import T0, Capture
+from builder import T0, Capture, at_iso
 from scenario_book import NO_FENCE, expect, fleet, restart, scenario
 
 S = tuple[Capture, dict[str, Any]]
@@ -434,4 +434,33 @@ def software_crash_a_quiet_day_later_restarts_on_its_own() -> S:
         must_not=NO_FENCE + [restart("pt", requires_approval=True)],
         at_most=[[restart("pt"), 2]],
         must_any=[[{"type": "restart_job", "job": "pt", "requires_approval": False}]],
+    )
+
+
+@scenario
+def scheduler_relaunch_before_the_restart_is_verified_not_restarted_again() -> S:
+    """The scheduler requeues the crashed job on its own (Slurm ``--requeue``) a minute later, before the restart
+    gate has heard from the GPUs: faultline does not restart a run that is already back on healthy hardware (it
+    would kill it); it verifies that run, and the job's next failure, an hour later, is a new incident that is
+    restarted."""
+    cap = fleet("n1", "n2", duration=5400, nvml=300.0, hb=60.0).job("pt", ["n1"])
+    cap.crash(700, "pt", rank=0, error="ValueError: shapes (16, 4096) and (8192,) not aligned")
+    cap.job("pt", ["n1"], at=760)
+    cap.crash(760 + 3600, "pt", rank=3, error="KeyError: 'labels'")
+    second = datetime.fromisoformat(at_iso(760 + 3600).replace("Z", "+00:00"))
+
+    def check(out: dict[str, Any], _cap: Capture) -> list[str]:
+        restarts = [c for c in out["commands"] if c["type"] == "restart_job"]
+        bad = [f"restart at {c['issued_at']}: the run the scheduler started at 760 s was running" for c in restarts
+               if datetime.fromisoformat(c["issued_at"].replace("Z", "+00:00")) < second]
+        if not any("no restart; verifying its progress; progressing again" in i["summary"] for i in out["incidents"]):
+            bad.append("the scheduler's run should be verified, and resolved, before the next failure")
+        return bad
+
+    return cap, expect(
+        no_other_incidents=False,
+        must=[restart("pt", requires_approval=False), {"type": "notify", "job": "pt"}],
+        must_not=NO_FENCE,
+        at_most=[[{"type": "restart_job", "job": "pt"}, 1]],
+        _check=check,
     )
