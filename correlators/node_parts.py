@@ -9,7 +9,8 @@ agent that had sent one heartbeat gap, a job that failed of something else meanw
 moment, the restart, looks once more: :func:`failed_parts` names each node of the job's allocation, not
 fenced yet, whose BMC (or kernel) logged a fault of its own parts within ``hardware_lookback_s`` before
 the failure or since (the window the restart gate suspects a node in), or earlier but its agent has said
-nothing since (a SEL an hour old on a node that kept heartbeating blames nothing), as a
+nothing since -- or its last word came within that window after the fault and it has been quiet since (a
+SEL an hour old on a node that kept heartbeating blames nothing), as a
 ``node_hardware_fault`` finding dated by the first such fault in the window (a dead node's BMC may log
 again: the later SEL hides neither the earlier one nor what that one explains, issue #25 class 5); the
 lifecycle takes it like any hardware evidence (fenced by its category's rule, the restart leaves the node
@@ -31,10 +32,15 @@ if TYPE_CHECKING:
 __all__ = ["failed_parts", "unheard_since", "unjudged_fault"]
 
 
-def unheard_since(state: EngineState, node: str, at: datetime) -> bool:
-    """Has ``node``'s agent said nothing since ``at`` (it has one: a node without an agent is not waited on)?"""
+def unheard_since(state: EngineState, node: str, at: datetime, grace_s: float) -> bool:
+    """Has ``node``'s agent said nothing since ``at`` (it has one: a node without an agent is not waited on)? A
+    last word within ``grace_s`` after ``at`` counts as nothing once the agent has been quiet ``grace_s`` since:
+    a dying node's agent may get one heartbeat out after its BMC logged the fault."""
     beat = state.heartbeat.get(node)
-    return beat is not None and beat.last < at
+    if beat is None:
+        return False
+    quiet = state.clock is not None and (state.clock - beat.last).total_seconds() > grace_s
+    return beat.last < at or (quiet and (beat.last - at).total_seconds() <= grace_s)
 
 
 def unjudged_fault(state: EngineState, node: str, near: datetime, lookback_s: float) -> bool:
@@ -61,7 +67,7 @@ def failed_parts(state: EngineState, inc: OpenIncident, lookback_s: float) -> li
         # the first fault in the window began it (a later SEL of the same dead node does not redate it); before
         # the window, only the newest, and only when the node has said nothing since
         at, what = view.first_node_fault(since) or (view.node_fault_at, view.node_fault)
-        if at < since and not unheard_since(state, node, at):
+        if at < since and not unheard_since(state, node, at, lookback_s):
             continue
         out.append(Finding("node_hardware_fault", at, node,
                            reason=f"node_hardware_fault: a {what} fault logged on {node} at {human(at)}, "

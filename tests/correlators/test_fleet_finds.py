@@ -355,3 +355,18 @@ def test_the_soaks_find_a_job_cancelled_after_failing_on_a_breached_fence_is_not
     assert not [c for c in out["commands"] if c["type"] == "restart_job"]
     last = {i["id"]: i for i in out["incidents"]}
     assert [(i["job"], i["state"]) for i in last.values()] == [("job0", "closed")]
+
+
+# The 50,000-example soak's find (FLEET_SEED=20261307, after 15 minutes): n05's memory UE at 03:06:15.2, one last
+# heartbeat 0.6 s later, silence; job2 (on n04 and n05, a step every 30 s) is found hung at 03:09:14, outside the
+# UE's window, and the gate's wait ran out before n05's silence verdict (heartbeats every 120 s). The last look
+# before the restart (node_parts.failed_parts) took that heartbeat for "heard since the fault" and restarted job2
+# without cordoning n05. A last word within the window after the fault, then quiet, is the node going down with it.
+SOAK_FIND_LAST_GASP = FleetPlan(nodes=12, gpus=4, rack=4, duration=600.0, heartbeat=120.0, nvml=120.0, jobs=(
+    _J, JobPlan(nodes=2, half=False, elastic=None, every=10.0, interval=300.0, local=False, resume=None),
+    JobPlan(nodes=2, half=False, elastic=None, every=30.0, interval=300.0, local=False, resume=None)), faults=(
+    FaultPlan(kind='sel', at=0.627, job=2, pick=4, code=0, late=None, dup=False),), skew=None)
+
+
+def test_the_soaks_find_a_dying_node_s_last_heartbeat_does_not_clear_its_fault() -> None:
+    _keeps(SOAK_FIND_LAST_GASP, "fenced_first")

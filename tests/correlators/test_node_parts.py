@@ -118,3 +118,21 @@ def test_a_late_fault_finds_the_crash_beside_it_after_a_later_crash_of_the_node(
     rules.node_fault_logged("n01", _at(73.9), "sel-1", "a memory fault logged by its BMC")
     ((job, found),) = life.failed
     assert (job, found.category, found.node, found.ts) == ("job0", "node_hardware_fault", "n01", _at(73.9))
+
+
+def test_a_dying_node_s_last_heartbeat_just_after_its_fault_does_not_clear_it() -> None:
+    # The soak's find (FLEET_SEED=20261307): n05's BMC logs a memory UE at 03:06:15.2, its agent gets one last
+    # heartbeat out 0.6 s later and falls silent; job2 is found hung at 03:09:14, outside the window of the UE.
+    # "Heard since the fault" cleared n05, and job2 was restarted before n05 was cordoned. A last word within the
+    # window after the fault, then quiet for the window, is the node going down with it.
+    state = EngineState()
+    state.topology.apply_job_started("job0", JobStarted(
+        allocation=[RankAllocation(node="n01", gpus=[0, 1, 2, 3], ranks=[0, 1, 2, 3])], world_size=4))
+    state.bmc_view("n01").hardware_fault("memory", "Memory DIMM_B3 | Uncorrectable ECC", _at(73.9))
+    state.heartbeat["n01"] = Heartbeat(last=_at(74.5))
+    state.clock = _at(400.0)
+    hang = OpenIncident(id="inc-job0", job="job0", category="training_hang", opened_at=_at(300.0), severity="critical")
+    (found,) = failed_parts(state, hang, LOOKBACK)
+    assert (found.node, found.ts) == ("n01", _at(73.9))
+    state.heartbeat["n01"] = Heartbeat(last=_at(290.0))  # it kept heartbeating long after: the UE blames nothing
+    assert failed_parts(state, hang, LOOKBACK) == []
