@@ -358,10 +358,13 @@ class IncidentLifecycle:
 
     def causes_for_job(self, job: str) -> list[OpenIncident]:
         """What may explain a consequence in ``job`` (:func:`~correlators.belonging.explained_by`): the job's
-        incidents not finished, then the job-less hardware incidents of its nodes (a node whose agent fell
-        silent is known as the node's before the job's own incident names it)."""
+        incidents not finished -- or closed by the end of its run, when it has not run again since (a cancel
+        heard between the node's verdict and the write it failed does not make the write a cause) -- then the
+        job-less hardware incidents of its nodes (a node whose agent fell silent is known as the node's
+        before the job's own incident names it)."""
         s = self.state
         j = s.topology.jobs.get(job)
         nodes = [] if j is None else j.nodes
         own = [s.incidents[ref] for n in nodes for ref in s.node_conditions.get(n, {}).values()]
-        return self.open_for_job(job) + [i for i in own if i.job is None and i.state != "closed"]
+        ended = [i for i in s.history(job) if i.state == "closed"] if j is not None and j.over else []
+        return self.open_for_job(job) + ended + [i for i in own if i.job is None and i.state != "closed"]

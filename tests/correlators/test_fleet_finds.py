@@ -370,3 +370,34 @@ SOAK_FIND_LAST_GASP = FleetPlan(nodes=12, gpus=4, rack=4, duration=600.0, heartb
 
 def test_the_soaks_find_a_dying_node_s_last_heartbeat_does_not_clear_its_fault() -> None:
     _keeps(SOAK_FIND_LAST_GASP, "fenced_first")
+
+
+# The 50,000-example soak's find (FLEET_SEED=20261308, after 30 minutes): n01 dies (memory UE) during job0's write,
+# which fails with EIO 2.5 s later and is held for n01's verdict; job0's cancel, made at the same moment, arrives two
+# minutes late -- 3.7 s after the node_hardware_fault incident that explains the write, which it closes. The held
+# write looked for its cause among the job's unfinished incidents only, found none, and paged storage. An incident
+# closed by the end of the job's run still explains what its fault caused (lifecycle.causes_for_job).
+SOAK_FIND_CLOSED_CAUSE = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=30.0, nvml=120.0, jobs=(_J,),
+                                   faults=(FaultPlan(kind='ckpt_crash', at=0.188, job=0, pick=0, code=0, late=None, dup=False),
+                                           FaultPlan(kind='cancel', at=0.188, job=0, pick=0, code=0, late=120.0, dup=False)),
+                                   skew=None)
+
+
+def test_the_soaks_find_a_cancel_heard_late_does_not_make_a_consequence_a_cause() -> None:
+    _keeps(SOAK_FIND_CLOSED_CAUSE, "consequence")
+
+
+# The 20,000-example soak's find (FLEET_SEED=20261309): job0's trainer runs 45 s ahead, so its lines are screened and
+# judged at the cell's time they arrive. Its save of step 40 completed in the second n01's BMC logged a memory UE, and
+# the cell's clock, moved only by sparse voters, still read n01's last word (03:06:04.7) as it arrived: the save and
+# the failure it was dated against tied, and the restart took the save. A screened source's save keeps when the cell
+# heard of it, as a lagging one's does, and one heard by the failure is after it (CheckpointBook.restart_point).
+SOAK_FIND_SCREENED_SAVE = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=120.0, jobs=(
+    JobPlan(nodes=1, half=False, elastic=None, every=90.0, interval=300.0, local=False, resume=None), _J), faults=(
+    FaultPlan(kind='xid', at=0.5, job=1, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='xid', at=0.5, job=1, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='sel', at=0.625, job=0, pick=0, code=0, late=None, dup=False)), skew=('trainer', 45.0))
+
+
+def test_the_soaks_find_a_screened_save_heard_as_the_node_died_is_no_restart_point() -> None:
+    _keeps(SOAK_FIND_SCREENED_SAVE, "checkpoint")
