@@ -176,6 +176,11 @@ class CellClock:
         src = None if key is None else self.sources.get(key)
         return src is not None and src.behind.bit_count() >= LAGGING
 
+    def screened_now(self, key: str | None) -> bool:
+        """Whether the line of ``key`` that arrived last was screened (judged at the cell's time it arrived)."""
+        src = None if key is None else self.sources.get(key)
+        return src is not None and src.screened > 0 and src.last_screened == src.heard
+
     def skewed(self, most: int = 20) -> list[tuple[str, float]]:
         """The sources whose clocks disagree now (a line screened within the live window), as (key, skew s),
         largest first, at most ``most`` (a gauge's series stay bounded)."""

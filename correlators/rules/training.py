@@ -303,8 +303,9 @@ class TrainingRules:
     def _on_checkpoint_saved(self, e: ev.Event, b: ev.CheckpointSaved) -> None:
         if not e.job:
             return
-        s = self.state  # a lagging source's save is also dated by when the cell heard of it (CheckpointBook)
-        heard = s.clock if s.sources.lags(source_key(e.node, e.source)) else None
+        s = self.state  # a lagging or screened source's save is also dated by when the cell heard of it
+        key = source_key(e.node, e.source)  # (CheckpointBook.restart_point: heard by the failure is after it)
+        heard = s.clock if s.sources.lags(key) or s.sources.screened_now(key) else None
         s.job_progress(e.job).on_checkpoint_saved(e.ts, b.step, b.path, e.node, self._node_local(b.path),
                                                   b.seconds, heard)
         for cat in ("checkpoint_failure", "checkpoint_stale"):

@@ -185,6 +185,20 @@ def test_a_source_behind_the_cell_within_the_tolerance_lags_and_one_late_line_do
     assert not c.lags("n9|trainer") and not c.lags(None)
 
 
+def test_a_source_ahead_of_the_cell_is_screened_now_and_a_voter_in_step_is_not() -> None:
+    """A trainer 10 minutes ahead is screened: its line is judged where it arrived (:meth:`CellClock.screened_now`
+    says so of the line that came last, so its save is also dated by when the cell heard of it)."""
+    c = CellClock()
+    clock: datetime | None = None
+    for t in range(0, 300, 10):
+        for n in ("n1", "n2", "n3"):
+            clock, _ = c.arrive(f"{n}|node_agent", at(t + 0.1 * int(n[1])), clock, TOL)
+        clock, placed = c.arrive("n1|trainer", at(t + 600), clock, TOL)
+        assert c.screened_now("n1|trainer") and placed != at(t + 600)
+        assert not c.screened_now("n1|node_agent")
+    assert not c.screened_now("n9|trainer") and not c.screened_now(None)
+
+
 def test_without_a_periodic_source_the_newest_stamp_is_the_clock() -> None:
     """A scheduler and trainers only (the lemons' histories): hours between lines are a gap, never a skew."""
     c = CellClock()
