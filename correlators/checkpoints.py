@@ -48,6 +48,7 @@ class SavedCheckpoint:
     why: str = ""
     origin: Literal["saved", "loaded"] = "saved"  # "loaded": known only from the run that loaded it
     heard: Instant | None = None  # the cell's clock when its report arrived, kept when its source lags the cell
+    stamp: Instant | None = None  # as its source stamped it (``ts`` is the cell's time where the line was screened)
 
 
 @dataclass
@@ -89,7 +90,7 @@ class CheckpointBook:
             self.saved.append(SavedCheckpoint(step, path, ts, node, local, origin="loaded"))
 
     def on_saved(self, ts: datetime, step: int, path: str | None, node: str | None, local: bool,
-                 heard: datetime | None = None) -> None:
+                 heard: datetime | None = None, stamp: datetime | None = None) -> None:
         """A save reported, stamped ``ts``; ``heard``: the cell's clock when the report arrived, given when its
         source runs behind the cell (:meth:`correlators.clock.CellClock.lags`)."""
         started = self.run_started
@@ -97,13 +98,19 @@ class CheckpointBook:
             for ck in self.saved:  # this run went back to before them without saying: a new lineage
                 if ck.state == "valid" and ck.step >= step and ck.ts < started:
                     ck.state, ck.why = "abandoned", f"a later run saved step {step} after it"
-        self.saved.append(SavedCheckpoint(step, path, ts, node, local, heard=heard))
+        self.saved.append(SavedCheckpoint(step, path, ts, node, local, heard=heard, stamp=stamp))
 
-    def on_failed(self, step: int | None, path: str | None, ts: datetime | None = None) -> None:
+    def on_failed(self, step: int | None, path: str | None, ts: datetime | None = None, node: str | None = None,
+                  stamp: datetime | None = None) -> None:
         """A write reported failed (at ``ts``): a save of that step (or path) by then is no checkpoint. A save of it
-        made after the failed write stands, however late the failure's report arrives."""
+        made after the failed write stands, however late the failure's report arrives: two reports of the same
+        node's trainer are ordered by its own stamps (``stamp``), whatever time the cell judged either at."""
         for ck in self.saved:
-            if ts is not None and ck.ts > ts:
+            if stamp is not None and ck.stamp is not None and node is not None and ck.node == node:
+                later = ck.stamp > stamp
+            else:
+                later = ts is not None and ck.ts > ts
+            if later:
                 continue
             if ck.state == "valid" and ((path is not None and ck.path == path) or (step is not None and ck.step == step)):
                 ck.state, ck.why = "failed", "its write failed"

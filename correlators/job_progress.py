@@ -109,8 +109,9 @@ class JobProgress:
                 self.losses.popleft()
 
     def on_checkpoint_saved(self, ts: datetime, step: int, path: str | None, node: str | None = None,
-                            local: bool = False, seconds: float | None = None, heard: datetime | None = None) -> None:
-        self.checkpoints.on_saved(ts, step, path, node, local, heard)
+                            local: bool = False, seconds: float | None = None, heard: datetime | None = None,
+                            stamp: datetime | None = None) -> None:
+        self.checkpoints.on_saved(ts, step, path, node, local, heard, stamp)
         if seconds is not None and math.isfinite(seconds) and seconds >= 0:
             self.save_seconds.append(seconds)
         self.checkpoint_failures = 0

@@ -307,7 +307,7 @@ class TrainingRules:
         key = source_key(e.node, e.source)  # (CheckpointBook.restart_point: heard by the failure is after it)
         heard = s.clock if s.sources.lags(key) or s.sources.screened_now(key) else None
         s.job_progress(e.job).on_checkpoint_saved(e.ts, b.step, b.path, e.node, self._node_local(b.path),
-                                                  b.seconds, heard)
+                                                  b.seconds, heard, s.sources.stamp)
         for cat in ("checkpoint_failure", "checkpoint_stale"):
             inc = self.state.condition(e.job, None, cat)
             if inc is not None and inc.state not in DONE:
@@ -324,7 +324,7 @@ class TrainingRules:
                 and book.run_started is not None and e.ts >= book.run_started:
             book.loaded_failed(b.error[:200] or "the trainer reported it failed")  # a load, not a write
             return
-        book.on_failed(b.step, b.path, e.ts)
+        book.on_failed(b.step, b.path, e.ts, e.node, self.state.sources.stamp)  # the line's own stamp
         prog.checkpoint_failures += 1
         self.held.failed(e.job, Finding("checkpoint_failure", e.ts, None, [],
                                         f"checkpoint write failed at step {b.step}: {b.error[:200]}", e.id), b.error)

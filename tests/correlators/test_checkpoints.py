@@ -61,6 +61,20 @@ def test_a_save_made_after_a_failed_write_stands_however_late_the_failure_is_rep
     assert book.restart_point(set())[0].step == 100  # type: ignore[union-attr]
 
 
+def test_a_failed_write_placed_at_the_cell_s_time_is_ordered_against_its_save_by_its_own_stamp() -> None:
+    """The soak's find (FLEET_SEED=20261310): a trainer stepping every 3 minutes reported a failed write of step 10
+    (stamped 150 s) 2 minutes late; its newest stamp looked behind, so the line was placed at the cell's clock
+    (270 s), after the save of step 10 (194 s), which it then marked failed. Two reports of the same node's trainer
+    are ordered by that trainer's own stamps."""
+    book = CheckpointBook()
+    book.on_run_start(at(0), None, None)
+    book.on_saved(at(194), 10, "/ck/10", "n1", False, stamp=at(194))
+    book.on_failed(10, None, at(270), "n1", at(150))  # placed at 270 s, written at 150 s: before the save
+    assert book.restart_point(set())[0].step == 10  # type: ignore[union-attr]
+    book.on_failed(10, None, at(270), "n2", at(150))  # another node's report: by the times judged, as before
+    assert book.restart_point(set())[0] is None
+
+
 def test_a_save_of_a_lagging_source_heard_once_the_cell_reached_the_failure_is_after_it() -> None:
     """A trainer 20 s slow: its save made 4 s after a failure at 300 s is stamped 284 s, and arrives with the cell's
     clock already at the failure. By its stamp it is before; by when the cell heard of it, it is not. A save of

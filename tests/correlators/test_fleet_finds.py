@@ -401,3 +401,17 @@ SOAK_FIND_SCREENED_SAVE = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, hea
 
 def test_the_soaks_find_a_screened_save_heard_as_the_node_died_is_no_restart_point() -> None:
     _keeps(SOAK_FIND_SCREENED_SAVE, "checkpoint")
+
+
+# The 50,000-example soak's find (FLEET_SEED=20261310, after 5 minutes): job0 steps every 3 minutes; its write of step
+# 10 fails (no space) at 150 s, is reported 2 minutes late, and step 10 is saved at 194 s. The trainer's newest stamp
+# looked behind the cell, so the late report was placed at the cell's clock (270 s) -- after the save, which it then
+# marked failed: the restart after XID 79 started from nothing. Two reports of one trainer are ordered by its stamps.
+SOAK_FIND_PLACED_FAILURE = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=30.0, nvml=120.0, jobs=(
+    JobPlan(nodes=1, half=False, elastic=None, every=180.0, interval=120.0, local=False, resume=None),), faults=(
+    FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='ckpt_fail', at=0.25, job=0, pick=0, code=0, late=120.0, dup=False)), skew=None)
+
+
+def test_the_soaks_find_a_late_failed_write_does_not_undo_the_save_after_it() -> None:
+    _keeps(SOAK_FIND_PLACED_FAILURE, "checkpoint")
