@@ -38,9 +38,11 @@ from sinks.archive.advice_views import (
 )
 from sinks.archive.store import Archive
 
-__all__ = ["COLUMNS", "RULE", "checkpoint_advice", "young_interval_s"]
+__all__ = ["COLUMNS", "RULE", "YOUNG_RULE", "checkpoint_advice", "young_interval_s"]
 
-RULE = ("advised interval = sqrt(2 * MTBF * save time) (Young), clamped to [5 min, 24 h]; GPU-hours lost per "
+#: Young's interval, as said to people (the advice's first clause; :func:`young_interval_s` computes it).
+YOUNG_RULE = "advised interval = sqrt(2 * MTBF * save time) (Young), clamped to [5 min, 24 h]"
+RULE = (f"{YOUNG_RULE}; GPU-hours lost per "
         "day at interval t = (save/t + (t + save)/(2 * MTBF)) * GPUs * 24; cost = that at the job's interval "
         "minus that at the advised one")
 

@@ -117,6 +117,7 @@ class TrainingRules:
     def _on_worker_exit(self, e: ev.Event, b: ev.WorkerExit) -> None:
         if not e.job:
             return
+        known = self.state.failure_of(e.job)  # the job's failure, if one is known already
         if b.exitcode > 0:
             why = f": {b.error.splitlines()[0][:200]}" if b.error else ""
             self._crash(e, "software_crash", f"rank {e.rank} exited with code {b.exitcode}{why}", b.error or "")
@@ -124,13 +125,13 @@ class TrainingRules:
             self._crash(e, "software_crash", f"rank {e.rank} killed by the host OOM killer")
         elif -b.exitcode in CRASH_SIGNALS:
             self._crash(e, "software_crash", f"rank {e.rank} died of {b.signal or CRASH_SIGNALS[-b.exitcode]}")
-        elif b.exitcode == -9 and ((inc := self.state.failure_of(e.job)) is None or inc.state not in ACTIVE):
+        elif b.exitcode == -9 and (known is None or known.state not in ACTIVE):
             # SIGKILL as the first word of a failure is its cause: the teardown of a known failure sends SIGTERM
             # and SIGKILLs only what outlives it, after the first exit
             self._crash(e, "software_crash", f"rank {e.rank} was killed (SIGKILL) with nothing said: the OOM killer "
                         "whose kernel line did not reach faultline, or a kill from outside; see the node's kernel log")
-        elif (inc := self.state.failure_of(e.job)) is not None:
-            inc.add_evidence(e.id)  # killed by a signal: a consequence, not a cause
+        elif known is not None:
+            known.add_evidence(e.id)  # killed by a signal: a consequence, not a cause
 
     def _crash(self, e: ev.Event, category: str, reason: str, text: str = "") -> None:
         if not e.job or self._after_its_end(e.job, e.id):

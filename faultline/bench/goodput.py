@@ -47,13 +47,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass, field, replace
+from functools import cache
 from typing import Any
 
-from correlators.policy import load_policy
+from correlators.policy import Policy, load_policy
 from correlators.restart_mode import RestartModes
 from faultline.bench.interruptions import CauseTiming, Timing, as_json, measure_all
 from faultline.bench.precursors import forewarned, verify
-from sinks.checkpoint_advice import young_interval_s
+from sinks.checkpoint_advice import YOUNG_RULE, young_interval_s
 
 __all__ = ["Cause", "LLAMA3_TAXONOMY", "PHASES", "Assumptions", "breakdown", "simulate", "compare", "ettr",
            "way_back", "mtbf_s", "checkpoint_now_sensitivity", "advised"]
@@ -199,6 +200,13 @@ def _faultline_s(c: Cause, a: Assumptions, r: random.Random, t: Timing, modes: R
     return p
 
 
+@cache
+def _engine_policy() -> Policy:
+    """The engine's default policy (its restart modes, its unknown-cause budget), read once per process: the
+    model asks for it on every seed of every arm."""
+    return load_policy(None)
+
+
 def _unknown_cause(t: CauseTiming) -> bool:
     """A cause the engine restarts on its own the first time only (its budget is per job and window, all such
     causes)."""
@@ -220,7 +228,7 @@ def breakdown(a: Assumptions) -> tuple[dict[str, float], dict[str, dict[str, Pha
     """:func:`simulate`'s totals, and the same GPU-hours per policy, per cause, per phase of :data:`PHASES`
     (they add up to the totals)."""
     timings = a.timings if a.timings is not None else measure_all(a.in_process_launcher, a.spare_capacity)
-    engine = load_policy(None)
+    engine = _engine_policy()
     modes, budget = engine.restart_modes, engine.unknown_cause_auto_restarts
     window = engine.restarts.unknown_cause_window_s if a.unknown_cause_window_s is None else a.unknown_cause_window_s
     shares = _shares(a)
@@ -320,7 +328,7 @@ def advised(a: Assumptions, runs: int, saves: tuple[float, ...] = (30, 10, 5), s
         return {"checkpoint_save_s": save_s, "interval_s": round(tau, 1),
                 "faultline_ettr": _faultline_ettr(here, runs),
                 "faultline_ettr_checkpoint_now": _faultline_ettr(_forewarned(here, share), runs)}
-    return {"rule": "interval = sqrt(2 * MTBF * save) (Young), clamped to [5 min, 24 h]", "mtbf_s": round(mtbf_s(a)),
+    return {"rule": YOUNG_RULE, "mtbf_s": round(mtbf_s(a)),
             "predicted_share": share, **at(a.checkpoint_save_s), "by_save_time": [at(s) for s in saves]}
 
 
@@ -341,7 +349,7 @@ def compare(a: Assumptions | None = None, runs: int = 20,
     assumptions = {k: v for k, v in asdict(a).items() if k not in ("taxonomy", "timings")}
     assumptions["taxonomy"] = {c.name: {"count": c.count, "stays_broken": c.hardware, "hang": c.hang}
                                for c in a.taxonomy}
-    engine = load_policy(None)  # the engine's default policy
+    engine = _engine_policy()
     assumptions["restart_modes_s"] = engine.restart_modes.model_dump()
     assumptions["unknown_cause_auto_restarts"] = {"restarts": engine.unknown_cause_auto_restarts,
                                                   "window_s": engine.restarts.unknown_cause_window_s}
