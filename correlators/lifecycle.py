@@ -132,6 +132,24 @@ class IncidentLifecycle:
         self.immediate(inc, now)
         return inc
 
+    def after_end(self, inc: OpenIncident, f: Finding) -> None:
+        """A hardware verdict on what ``inc``'s failure ran on, come after the job's run ended (it was cancelled
+        while the incident waited for the verdict): the verdict is that failure's cause. The incident takes it
+        and fences the hardware in its own name -- one incident for the job and the cause -- and stays closed:
+        nothing restarts a run that ended."""
+        now = self.state.clock or f.ts
+        inc.add_evidence(f.evidence)
+        new_hardware, taken = join_hardware(self.state, self.p, inc, f)
+        if not (new_hardware or taken):
+            return
+        inc.opened_at = min(inc.opened_at, f.ts)
+        inc.summary = f"{inc.summary}; known after the job's run ended: fenced, not restarted"
+        if inc.held:  # closed before it was told: it is the job's incident now
+            inc.held = False
+            self.state.job_history.setdefault(inc.job or "", []).append(inc.ref)
+        self.emit(inc, now)
+        self.immediate(inc, now)
+
     def _new_round(self, inc: OpenIncident, failure_at: datetime, now: datetime, why: str) -> None:
         """Back to open: settle again and judge the job's hardware again before the next restart."""
         self.set_state(inc, "open", now, why)

@@ -10,7 +10,9 @@ the next reading). A GPU that stops appearing in NVML while the other GPUs of
 its node keep reporting is gone (``gone``, judged in the node's own NVML time,
 :mod:`correlators.nvml_presence`): the same evidence as XID 79, without the
 kernel line. Findings on hardware no job runs on become condition incidents of
-the hardware.
+the hardware -- unless a job failed on it and was cancelled while its incident waited
+for this verdict: that incident, closed by the cancel, takes the verdict and its fences
+(:meth:`IncidentLifecycle.after_end`), and nothing is restarted.
 
 The liveness rules (silence, the BMC) report what they conclude through
 :meth:`HardwareRules.node_finding` and :meth:`HardwareRules.power_supply_sel`.
@@ -28,6 +30,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from correlators.findings import FAILURE_CATEGORIES, Finding
+from correlators.incident_state import OpenIncident
 from correlators.lifecycle import IncidentLifecycle
 from correlators.nvml_presence import NvmlNode
 from correlators.restart_gate import hear, human
@@ -295,7 +298,10 @@ class HardwareRules:
         node = f.node or ""
         for job in jobs:
             self.life.failure(job.name, f)
-        if jobs:
+        ended = [] if jobs else self._ended_failures(f)
+        for inc in ended:
+            self.life.after_end(inc, f)
+        if jobs or ended:
             return
         self.life.condition(None, node, f.category, f.gpus, f.ts, f.reason, f.evidence)  # (a repeat: the fence's)
 
@@ -306,6 +312,21 @@ class HardwareRules:
         return [j for j in self.state.topology.jobs_on(node, idx)
                 if j.running or (j.ended is not None and j.ended.status == "failed"
                                  and abs((ts - j.ended.at).total_seconds()) <= near)]
+
+    def _ended_failures(self, f: Finding) -> list[OpenIncident]:
+        """Failures this verdict explains of jobs whose run ended since (cancelled while the incident waited
+        for it, and not run again): closed by that end, opened within ``hardware_lookback_s`` of the verdict's
+        time, on the hardware it names."""
+        near = self.p.timing.hardware_lookback_s
+        found: dict[str, OpenIncident] = {}
+        idxs: list[int | None] = list(f.gpus) or [None]
+        for idx in idxs:
+            for j in self.state.topology.jobs_on(f.node or "", idx):
+                inc = self.state.failure_of(j.name)
+                if j.over and inc is not None and inc.state == "closed" and inc.run == j.starts \
+                        and abs((f.ts - inc.opened_at).total_seconds()) <= near:
+                    found[inc.id] = inc
+        return [found[k] for k in sorted(found)]
 
     def _gpu_condition(self, node: str, idx: int, category: str, ts: datetime, reason: str,
                        evidence: str | None) -> None:

@@ -124,6 +124,51 @@ def a_cancelled_job_is_not_restarted_and_its_fence_keeps_the_repeats() -> S:
     )
 
 
+def _cancelled_before_the_verdict(cancel_at: float, nvml: float) -> S:
+    cap = fleet("n1", "n2", "n3", duration=1800, nvml=nvml).job("pt", ["n1", "n2"])
+    cap.vanish(895, "n1", 3).crash(900, "pt", rank=3)  # no kernel line: NVML alone will tell, samples later
+    cap.scheduler(cancel_at, "job_cancelled", "pt")
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [3]}],
+        must=[{"type": "quarantine_gpu", "node": "n1", "gpu": 3}, {"type": "open_ticket", "node": "n1"}],
+        unique=[{"type": "quarantine_gpu"}, {"type": "open_ticket"}],
+        must_not=[restart("pt"), {"type": "cordon_node"}],
+    )
+
+
+@scenario
+def a_gpu_gone_from_nvml_after_the_cancel_is_the_cancelled_crashs_cause() -> S:
+    """GPU 3 of n1 drops out of NVML with no kernel line; the rank on it dies, and its incident waits for NVML's
+    verdict on the GPU; a person cancels pt before the verdict (samples every 2 minutes). The verdict, when it
+    comes, is the crash's cause: pt's incident (closed by the cancel) takes it and quarantines the GPU -- one
+    incident of pt, no job-less second one for the same GPU, and no restart of a cancelled job."""
+    return _cancelled_before_the_verdict(1000, nvml=120.0)
+
+
+@scenario
+def a_crash_cancelled_before_it_was_told_still_gets_its_gpus_verdict() -> S:
+    """As above, with the cancel two seconds after the crash: the crash's incident was not even told yet (it
+    was settling). The verdict makes it pt's incident, told, fenced, not restarted."""
+    return _cancelled_before_the_verdict(902, nvml=30.0)
+
+
+@scenario
+def a_node_found_dead_after_the_cancel_is_the_cancelled_crashs_cause() -> S:
+    """n2 falls silent; pt's rank on n1 dies of the communicator's abort at once, and a person cancels pt before
+    n2's silence is long enough to call it down. The node's verdict is the crash's cause: pt's incident takes it
+    and cordons n2 -- one incident of pt, no restart of a cancelled job."""
+    cap = fleet("n1", "n2", "n3", duration=1800).job("pt", ["n1", "n2"])
+    cap.silence(900, "n2").crash(905, "pt", rank=0, error="torch.distributed.DistBackendError: NCCL communicator "
+                                                         "was aborted on rank 0")
+    cap.scheduler(915, "job_cancelled", "pt")
+    return cap, expect(
+        incidents=[{"job": "pt", "category": "node_down", "culprit_node": "n2"}],
+        must=[{"type": "cordon_node", "node": "n2"}],
+        unique=[{"type": "cordon_node"}],
+        must_not=[restart("pt"), {"type": "quarantine_gpu"}, {"type": "cordon_node", "node": "n1"}],
+    )
+
+
 @scenario
 def a_job_started_on_an_idle_fenced_gpu_fails_into_the_fences_incident() -> S:
     """Idle GPU 3 of n1 falls off the bus: a job-less incident quarantines it. The scheduler, not honouring the

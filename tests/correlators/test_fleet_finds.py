@@ -415,3 +415,21 @@ SOAK_FIND_PLACED_FAILURE = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, he
 
 def test_the_soaks_find_a_late_failed_write_does_not_undo_the_save_after_it() -> None:
     _keeps(SOAK_FIND_PLACED_FAILURE, "checkpoint")
+
+
+# The 50,000-example soak's find (FLEET_SEED=20261311): GPU 0 of n01 drops out of NVML with no kernel line and
+# job0's rank on it dies; its software_crash incident waits for NVML's verdict on the GPU, and the job is cancelled
+# before the verdict (samples every 2 minutes) -- the cancel closes the incident. The verdict then opened a job-less
+# gpu_off_bus incident dated at the GPU's last sample, before the crash; when the scheduler started job0 on the
+# fenced GPU again, that incident took the run: job0 had two incidents blaming one GPU (class 2's "one incident per
+# job and root cause"). A verdict on hardware a cancelled job's closed failure ran on now joins that incident
+# (HardwareRules._ended_failures, IncidentLifecycle.after_end): fenced in its name, not restarted.
+SOAK_FIND_CANCEL_BEFORE_VERDICT = FleetPlan(nodes=2, gpus=4, rack=4, duration=900.0, heartbeat=60.0, nvml=120.0,
+                                            jobs=(_J,), faults=(
+    FaultPlan(kind='breach', at=0.75, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='cancel', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='vanish', at=0.25, job=0, pick=0, code=0, late=None, dup=False)), skew=None)
+
+
+def test_the_soaks_find_a_verdict_after_the_cancel_joins_the_cancelled_crash() -> None:
+    _keeps(SOAK_FIND_CANCEL_BEFORE_VERDICT, "explained")
