@@ -36,7 +36,9 @@ from producers.capture.screen import Accepted, CaptureScreen
 from streams.decisions import Command, Incident
 from streams.events import EndOfCapture, Event
 
-__all__ = ["SIGNALS", "Timing", "measure", "measure_all"]
+# The capture kit other benches build on (precursors.py): observations in the real sources' words, judged offline.
+__all__ = ["SIGNALS", "Timing", "gpu_lost", "gpu_uuid", "judge", "measure", "measure_all", "observed_at",
+           "running_job", "telemetry", "xid_line"]
 
 T0 = datetime(2026, 4, 22, 0, 0, tzinfo=UTC)
 NODES, GPUS = 4, 8
@@ -55,28 +57,28 @@ def _pci(i: int) -> str:
     return f"{0x18 + 0x10 * i:02X}"
 
 
-def _uuid(n: int, i: int) -> str:
+def gpu_uuid(n: int, i: int) -> str:
     return f"GPU-{n:04d}{i:04d}-0000-4000-8000-{n * 100 + i:012d}"
 
 
-def _at(t: datetime, obs: Obs) -> tuple[datetime, Obs]:
+def observed_at(t: datetime, obs: Obs) -> tuple[datetime, Obs]:
     return t, {"ts": t.isoformat(timespec="milliseconds"), **obs}
 
 
-def _xid(t: datetime, n: int, gpu: int, code: int, text: str) -> tuple[datetime, Obs]:
-    return _at(t, {"source": "kernel", "node": _node(n),
+def xid_line(t: datetime, n: int, gpu: int, code: int, text: str) -> tuple[datetime, Obs]:
+    return observed_at(t, {"source": "kernel", "node": _node(n),
                    "line": f"NVRM: Xid (PCI:0000:{_pci(gpu).lower()}:00): {code}, pid=4242, name=python, {text}"})
 
 
 def _exit(t: datetime, n: int, gpu: int, code: int, message: str | None = None) -> tuple[datetime, Obs]:
     err = {"message": {"message": message, "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "0"}}} \
         if message else None
-    return _at(t, {"source": "torchelastic", "job": JOB, "node": _node(n), "rank": n * GPUS + gpu, "exitcode": code,
+    return observed_at(t, {"source": "torchelastic", "job": JOB, "node": _node(n), "rank": n * GPUS + gpu, "exitcode": code,
                    "error_file": err})
 
 
 def _framework(t: datetime, n: int, gpu: int, line: str) -> tuple[datetime, Obs]:
-    return _at(t, {"source": "framework", "job": JOB, "node": _node(n), "rank": n * GPUS + gpu, "local_rank": gpu,
+    return observed_at(t, {"source": "framework", "job": JOB, "node": _node(n), "rank": n * GPUS + gpu, "local_rank": gpu,
                    "line": line})
 
 
@@ -108,30 +110,30 @@ def _watchdogs(t: datetime, skip: set[int] | None = None) -> Iterator[tuple[date
         yield _exit(at + timedelta(seconds=5), n, g, -6)
 
 
-def _gpu_lost(t: datetime, n: int, gpu: int, code: int, text: str) -> Iterator[tuple[datetime, Obs]]:
-    yield _xid(t, n, gpu, code, text)
+def gpu_lost(t: datetime, n: int, gpu: int, code: int, text: str) -> Iterator[tuple[datetime, Obs]]:
+    yield xid_line(t, n, gpu, code, text)
     yield from _crash(t + timedelta(seconds=1), n, gpu, "RuntimeError: CUDA error: an illegal memory access was "
                       "encountered")
 
 
 def _faulty_gpu(t: datetime, k: int) -> Iterator[tuple[datetime, Obs]]:
-    yield from _gpu_lost(t, 1, 5 - k, 79, "GPU has fallen off the bus.")
+    yield from gpu_lost(t, 1, 5 - k, 79, "GPU has fallen off the bus.")
 
 
 def _hbm(t: datetime, k: int) -> Iterator[tuple[datetime, Obs]]:
     gpu = 3 + k
-    yield _at(t, {"source": "nvml", "node": _node(2), "gpu": {"index": gpu, "uuid": _uuid(2, gpu)},
+    yield observed_at(t, {"source": "nvml", "node": _node(2), "gpu": {"index": gpu, "uuid": gpu_uuid(2, gpu)},
                   "metrics": {"ecc_dbe_volatile": 1, "ecc_dbe_aggregate": 1, "remapped_rows_pending": 1}})
-    yield from _gpu_lost(t, 2, gpu, 48, "An uncorrectable double bit error (DBE) has been detected on GPU in the "
+    yield from gpu_lost(t, 2, gpu, 48, "An uncorrectable double bit error (DBE) has been detected on GPU in the "
                          "framebuffer at partition 6, subpartition 0.")
 
 
 def _sram(t: datetime, k: int) -> Iterator[tuple[datetime, Obs]]:
-    yield from _gpu_lost(t, 0, 6 - k, 95, "Uncontained: FBHUB. RST: Yes, D-RST: No")
+    yield from gpu_lost(t, 0, 6 - k, 95, "Uncontained: FBHUB. RST: Yes, D-RST: No")
 
 
 def _gsp(t: datetime, k: int) -> Iterator[tuple[datetime, Obs]]:
-    yield from _gpu_lost(t, 3, 1 + k, 119, "Timeout after 6s of waiting for RPC response from GPU0 GSP!")
+    yield from gpu_lost(t, 3, 1 + k, 119, "Timeout after 6s of waiting for RPC response from GPU0 GSP!")
 
 
 def _software(message: str) -> Callable[[datetime, int], Iterator[tuple[datetime, Obs]]]:
@@ -156,14 +158,14 @@ def _nccl_watchdog(t: datetime, k: int) -> Iterator[tuple[datetime, Obs]]:
 def _host_gone(t: datetime, k: int) -> Iterator[tuple[datetime, Obs]]:
     """The host stops (maintenance): agent and BMC power say so, its ranks vanish, the rest time out."""
     n = SILENT_NODE["host_maintenance"][k]
-    yield _at(t + timedelta(seconds=20), {"source": "bmc", "node": _node(n), "power": "off"})
+    yield observed_at(t + timedelta(seconds=20), {"source": "bmc", "node": _node(n), "power": "off"})
     yield from _watchdogs(t, skip=set(range(n * GPUS, (n + 1) * GPUS)))
 
 
 def _sdc(t: datetime, k: int) -> Iterator[tuple[datetime, Obs]]:
     """Silent data corruption: nothing fails but the loss, which goes NaN; the job is stopped by hand."""
     for k in range(6):
-        yield _at(t + timedelta(seconds=10 * k), {"source": "trainer", "job": JOB, "rank": 0, "node": _node(0),
+        yield observed_at(t + timedelta(seconds=10 * k), {"source": "trainer", "job": JOB, "rank": 0, "node": _node(0),
                                                   "event": "step", "step": 90_000 + k, "loss": float("nan"),
                                                   "samples_per_s": 400.0})
 
@@ -172,37 +174,37 @@ def _thermal(t: datetime, k: int) -> Iterator[tuple[datetime, Obs]]:
     """A GPU's thermal interface fails: it runs hot, throttles, and its rank dies."""
     gpu = 2 + k
     for s in range(0, 400, 10):
-        yield _at(t + timedelta(seconds=s), {"source": "nvml", "node": _node(1),
-                                             "gpu": {"index": gpu, "uuid": _uuid(1, gpu)},
+        yield observed_at(t + timedelta(seconds=s), {"source": "nvml", "node": _node(1),
+                                             "gpu": {"index": gpu, "uuid": gpu_uuid(1, gpu)},
                                              "metrics": {"temperature_c": 96.0,
                                                          "clocks_event_reasons": ["HW_THERMAL_SLOWDOWN"]}})
     yield from _crash(t + timedelta(seconds=400), 1, gpu, "RuntimeError: CUDA error: unspecified launch failure")
 
 
 def _ssd(t: datetime, k: int) -> Iterator[tuple[datetime, Obs]]:
-    yield _at(t, {"source": "trainer", "job": JOB, "rank": 0, "node": _node(0), "event": "checkpoint_failed",
+    yield observed_at(t, {"source": "trainer", "job": JOB, "rank": 0, "node": _node(0), "event": "checkpoint_failed",
                   "step": 90_000, "path": f"/ckpt/{JOB}/step_90000", "error": "OSError: [Errno 5] Input/output error"})
     yield from _crash(t + timedelta(seconds=2), 0, k, "OSError: [Errno 5] Input/output error")
 
 
 def _psu(t: datetime, k: int) -> Iterator[tuple[datetime, Obs]]:
     n = 2 - k
-    yield _at(t, {"source": "bmc", "node": _node(n), "sel": "1a | 04/22/2026 | 00:00:00 | Power Supply PS2 | "
+    yield observed_at(t, {"source": "bmc", "node": _node(n), "sel": "1a | 04/22/2026 | 00:00:00 | Power Supply PS2 | "
                   "Failure detected | Asserted"})
     for g in range(4):  # the GPUs that rail fed
-        yield _xid(t + timedelta(milliseconds=20 * g), n, g, 79, "GPU has fallen off the bus.")
+        yield xid_line(t + timedelta(milliseconds=20 * g), n, g, 79, "GPU has fallen off the bus.")
     yield from _crash(t + timedelta(seconds=1), n, 0, "RuntimeError: CUDA error: unknown error")
 
 
 def _chassis(t: datetime, k: int) -> Iterator[tuple[datetime, Obs]]:
     n = SILENT_NODE["server_chassis"][k]
-    yield _at(t, {"source": "bmc", "node": _node(n), "sel": "2b | 04/22/2026 | 00:00:00 | System Board #0x07 | "
+    yield observed_at(t, {"source": "bmc", "node": _node(n), "sel": "2b | 04/22/2026 | 00:00:00 | System Board #0x07 | "
                   "Uncorrectable machine check exception | Asserted"})
     yield from _watchdogs(t, skip=set(range(n * GPUS, (n + 1) * GPUS)))
 
 
 def _host_oom(t: datetime, k: int) -> Iterator[tuple[datetime, Obs]]:
-    yield _at(t, {"source": "kernel", "node": _node(0), "line": "Out of memory: Killed process 4242 (python) "
+    yield observed_at(t, {"source": "kernel", "node": _node(0), "line": "Out of memory: Killed process 4242 (python) "
                   "total-vm:912345678kB, anon-rss:812345678kB, file-rss:0kB, shmem-rss:0kB, UID:1000"})
     yield _exit(t + timedelta(seconds=1), 0, 4 + k, -9)
     for m in range(NODES):
@@ -261,10 +263,10 @@ class CauseTiming:
     again: Timing  # the same cause, to the same job, hours later
 
 
-def _running_job(start: datetime, end: datetime, launcher: bool) -> Iterator[tuple[datetime, Obs]]:
+def running_job(start: datetime, end: datetime, launcher: bool) -> Iterator[tuple[datetime, Obs]]:
     if launcher:  # what torchrun logs as it starts: the engine's evidence it can restart workers in process
         yield _framework(start, 0, 0, f"torchrun --nnodes={NODES}:{NODES} --nproc_per_node={GPUS} train.py")
-    yield _at(start, {"source": "scheduler", "event": "job_started", "job": JOB, "allocation": [
+    yield observed_at(start, {"source": "scheduler", "event": "job_started", "job": JOB, "allocation": [
         {"node": _node(n), "gpus": list(range(GPUS)), "ranks": list(range(n * GPUS, (n + 1) * GPUS))}
         for n in range(NODES)], "world_size": NODES * GPUS,
         "elastic": {"min_gpus": NODES * GPUS, "max_gpus": NODES * GPUS},
@@ -273,25 +275,25 @@ def _running_job(start: datetime, end: datetime, launcher: bool) -> Iterator[tup
     t, step = start + timedelta(seconds=30), 0
     while t < end:
         step += 1
-        yield _at(t, {"source": "trainer", "job": JOB, "rank": 0, "node": _node(0), "event": "step", "step": step,
+        yield observed_at(t, {"source": "trainer", "job": JOB, "rank": 0, "node": _node(0), "event": "step", "step": step,
                       "loss": 2.0, "samples_per_s": 400.0})
         if step % 60 == 0:
-            yield _at(t + timedelta(seconds=3), {"source": "trainer", "job": JOB, "rank": 0, "node": _node(0),
+            yield observed_at(t + timedelta(seconds=3), {"source": "trainer", "job": JOB, "rank": 0, "node": _node(0),
                                                  "event": "checkpoint_saved", "step": step,
                                                  "path": f"/ckpt/{JOB}/step_{step:06d}", "bytes": 10**12,
                                                  "seconds": 3.0})
         t += timedelta(seconds=10)
 
 
-def _telemetry(start: datetime, end: datetime, silent: dict[int, datetime],
+def telemetry(start: datetime, end: datetime, silent: dict[int, datetime],
                spare: bool) -> Iterator[tuple[datetime, Obs]]:
     for n in range(NODES + 1 if spare else NODES):
-        yield _at(start, {"source": "inventory", "node": _node(n), "rack": "r1", "gpus": [
-            {"index": i, "uuid": _uuid(n, i), "pci_bus_id": f"00000000:{_pci(i)}:00.0", "name": "NVIDIA H100 80GB HBM3",
+        yield observed_at(start, {"source": "inventory", "node": _node(n), "rack": "r1", "gpus": [
+            {"index": i, "uuid": gpu_uuid(n, i), "pci_bus_id": f"00000000:{_pci(i)}:00.0", "name": "NVIDIA H100 80GB HBM3",
              "power_domain": f"psu-{'A' if i < 4 else 'B'}"} for i in range(GPUS)]})
         t = start
         while t < end and (n not in silent or t < silent[n]):
-            yield _at(t, {"source": "node_agent", "node": _node(n), "alive": True})
+            yield observed_at(t, {"source": "node_agent", "node": _node(n), "alive": True})
             t += timedelta(seconds=15)
 
 
@@ -301,16 +303,16 @@ def _capture(cause: str, fault_at: list[datetime], end: datetime, launcher: bool
     so; ``spare``: the inventory holds a fifth node."""
     _, signals = SIGNALS[cause]
     silent = {SILENT_NODE[cause][k]: t for k, t in enumerate(fault_at)} if cause in SILENT_NODE else {}
-    obs: list[tuple[datetime, Obs]] = [*_telemetry(T0, end, silent, spare)]
+    obs: list[tuple[datetime, Obs]] = [*telemetry(T0, end, silent, spare)]
     starts = [T0 + timedelta(seconds=5)] + [t + timedelta(seconds=COLLECTIVE_TIMEOUT_S + 300) for t in fault_at[:-1]]
     for k, (start, fault) in enumerate(zip(starts, fault_at, strict=True)):
-        obs += _running_job(start, fault, launcher)
+        obs += running_job(start, fault, launcher)
         obs += signals(fault, k)
     obs.sort(key=lambda x: x[0])
     return [json.dumps(o, allow_nan=True).encode() for _, o in obs]
 
 
-def _judge(lines: list[bytes]) -> list[Incident | Command]:
+def judge(lines: list[bytes]) -> list[Incident | Command]:
     engine = Correlator(load_policy(None))
     out: list[Incident | Command] = []
     last: Event | None = None
@@ -350,7 +352,7 @@ def measure(cause: str, launcher: bool = True, spare: bool = True) -> CauseTimin
     first = T0 + timedelta(hours=1)
     again = first + timedelta(hours=3)  # Llama 3's run: 419 interruptions in 54 days, one every ~3 h
     end = again + timedelta(seconds=COLLECTIVE_TIMEOUT_S + 900)
-    decisions = _judge(_capture(cause, [first, again], end, launcher, spare))
+    decisions = judge(_capture(cause, [first, again], end, launcher, spare))
     return CauseTiming(_timing(decisions, first, again), _timing(decisions, again, end))
 
 

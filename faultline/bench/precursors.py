@@ -31,13 +31,13 @@ from faultline.bench.interruptions import (
     JOB,
     T0,
     Obs,
-    _at,
-    _gpu_lost,
-    _judge,
-    _running_job,
-    _telemetry,
-    _uuid,
-    _xid,
+    gpu_lost,
+    gpu_uuid,
+    judge,
+    observed_at,
+    running_job,
+    telemetry,
+    xid_line,
 )
 from streams.decisions import Command
 
@@ -51,7 +51,7 @@ FAIL_AT = T0 + timedelta(hours=7)  # six hours of precursor after the job's firs
 
 
 def _nvml(t: datetime, n: int, gpu: int, **metrics: object) -> tuple[datetime, Obs]:
-    return _at(t, {"source": "nvml", "node": f"node-{n:02d}", "gpu": {"index": gpu, "uuid": _uuid(n, gpu)},
+    return observed_at(t, {"source": "nvml", "node": f"node-{n:02d}", "gpu": {"index": gpu, "uuid": gpu_uuid(n, gpu)},
                    "metrics": metrics})
 
 
@@ -62,25 +62,25 @@ def _hbm(fail: datetime) -> Iterator[tuple[datetime, Obs]]:
         yield _nvml(fail - timedelta(hours=ago_h), 2, 3, ecc_sbe_aggregate=sbe, ecc_sbe_volatile=sbe,
                     remapped_rows_pending=1)
     yield _nvml(fail, 2, 3, ecc_dbe_volatile=1, ecc_dbe_aggregate=1, remapped_rows_pending=1)
-    yield from _gpu_lost(fail, 2, 3, 48, "An uncorrectable double bit error (DBE) has been detected on GPU in the "
+    yield from gpu_lost(fail, 2, 3, 48, "An uncorrectable double bit error (DBE) has been detected on GPU in the "
                          "framebuffer at partition 6, subpartition 0.")
 
 
 def _thermal(fail: datetime) -> Iterator[tuple[datetime, Obs]]:
     for s in range(600, 0, -10):
         yield _nvml(fail - timedelta(seconds=s), 1, 2, temperature_c=96.0, clocks_event_reasons=["HW_THERMAL_SLOWDOWN"])
-    yield from _gpu_lost(fail, 1, 2, 43, "GPU stopped processing")
+    yield from gpu_lost(fail, 1, 2, 43, "GPU stopped processing")
 
 
 def _pcie(fail: datetime) -> Iterator[tuple[datetime, Obs]]:
     for k, s in enumerate(range(3600, 0, -300)):
         yield _nvml(fail - timedelta(seconds=s), 1, 5, pcie_replay_counter=100 * (k + 1) ** 2)
-    yield from _gpu_lost(fail, 1, 5, 79, "GPU has fallen off the bus.")
+    yield from gpu_lost(fail, 1, 5, 79, "GPU has fallen off the bus.")
 
 
 def _sram(fail: datetime) -> Iterator[tuple[datetime, Obs]]:
-    yield _xid(fail - timedelta(hours=1), 0, 6, 94, "Contained: SM (0x1). RST: No, D-RST: No")
-    yield from _gpu_lost(fail, 0, 6, 95, "Uncontained: FBHUB. RST: Yes, D-RST: No")
+    yield xid_line(fail - timedelta(hours=1), 0, 6, 94, "Contained: SM (0x1). RST: No, D-RST: No")
+    yield from gpu_lost(fail, 0, 6, 95, "Uncontained: FBHUB. RST: Yes, D-RST: No")
 
 
 #: cause -> its precursor and failure, ending at the failure's moment
@@ -94,7 +94,7 @@ PRECURSORS: dict[str, Callable[[datetime], Iterator[tuple[datetime, Obs]]]] = {
 
 def _lines(cause: str) -> list[bytes]:
     end = FAIL_AT + timedelta(minutes=20)
-    obs = [*_telemetry(T0, end, {}, True), *_running_job(T0 + timedelta(seconds=5), FAIL_AT, True),
+    obs = [*telemetry(T0, end, {}, True), *running_job(T0 + timedelta(seconds=5), FAIL_AT, True),
            *PRECURSORS[cause](FAIL_AT)]
     obs.sort(key=lambda x: x[0])
     return [json.dumps(o).encode() for _, o in obs]
@@ -106,7 +106,7 @@ def verify() -> dict[str, float | None]:
     (``checkpoint_now`` for it), in seconds; None where it did not ask before the failure."""
     out: dict[str, float | None] = {}
     for cause in PRECURSORS:
-        asks = [d for d in _judge(_lines(cause)) if isinstance(d, Command) and d.type == "checkpoint_now"
+        asks = [d for d in judge(_lines(cause)) if isinstance(d, Command) and d.type == "checkpoint_now"
                 and d.target.job == JOB and d.issued_at < FAIL_AT]
         out[cause] = round((FAIL_AT - asks[0].issued_at).total_seconds(), 1) if asks else None
     return out
