@@ -14,7 +14,9 @@ SEL an hour old on a node that kept heartbeating blames nothing), as a
 ``node_hardware_fault`` finding dated by the first such fault in the window (a dead node's BMC may log
 again: the later SEL hides neither the earlier one nor what that one explains, issue #25 class 5); the
 lifecycle takes it like any hardware evidence (fenced by its category's rule, the restart leaves the node
-out).
+out). Found for one job, the fault is also the cause of every other job on the node whose failure is near it
+and whose incident is still open (:func:`failed_beside`): a neighbour that crashed or hung as the node died
+names it too, and the checkpoint write it lost is that fault's evidence, not a storage incident.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from correlators.findings import Finding
-from correlators.incident_state import OpenIncident
+from correlators.findings import NODE_CATEGORIES, Finding
+from correlators.incident_state import ACTIVE, OpenIncident
 from correlators.restart_gate import human
 
 if TYPE_CHECKING:
     from correlators.state import EngineState
 
-__all__ = ["failed_parts", "unheard_since", "unjudged_fault"]
+__all__ = ["failed_beside", "failed_parts", "unheard_since", "unjudged_fault"]
 
 
 def unheard_since(state: EngineState, node: str, at: datetime, grace_s: float) -> bool:
@@ -53,7 +55,9 @@ def unjudged_fault(state: EngineState, node: str, near: datetime, lookback_s: fl
 
 
 def failed_parts(state: EngineState, inc: OpenIncident, lookback_s: float) -> list[Finding]:
-    """The ``node_hardware_fault`` findings the restart of ``inc``'s job must be preceded by (none fenced yet)."""
+    """The ``node_hardware_fault`` findings the restart of ``inc``'s job must be preceded by: each node of its
+    allocation with such a fault that the incident does not blame yet (a node another job's incident fenced for it
+    already is blamed here too, and not fenced twice)."""
     job = state.topology.jobs.get(inc.job or "")
     if job is None:
         return []
@@ -62,7 +66,7 @@ def failed_parts(state: EngineState, inc: OpenIncident, lookback_s: float) -> li
     out = []
     for node in job.nodes:
         view = state.bmc.get(node)
-        if view is None or view.node_fault_at is None or state.ledger.is_fenced(node):
+        if view is None or view.node_fault_at is None or _blames(inc, node):
             continue
         # the first fault in the window began it (a later SEL of the same dead node does not redate it); before
         # the window, only the newest, and only when the node has said nothing since
@@ -71,6 +75,28 @@ def failed_parts(state: EngineState, inc: OpenIncident, lookback_s: float) -> li
             continue
         out.append(Finding("node_hardware_fault", at, node,
                            reason=f"node_hardware_fault: a {what} fault logged on {node} at {human(at)}, "
-                                  f"near the failure of {job.name}: fenced before its restart",
+                                  "near the job's failure: fenced before its restart",
                            evidence=None))
+    return out
+
+
+def _blames(inc: OpenIncident, node: str) -> bool:
+    """Does ``inc`` already blame the whole of ``node`` (not only a GPU of it) for a cause of its own?"""
+    whole = inc.category in NODE_CATEGORIES and any(n == node and not gpus for n, gpus in inc.hardware())
+    return whole or any(o.category in NODE_CATEGORIES and o.node == node and not o.gpus for o in inc.others)
+
+
+def failed_beside(state: EngineState, f: Finding, job: str, lookback_s: float) -> list[str]:
+    """The other jobs whose failure ``f`` (a node's own parts, found at ``job``'s restart) explains: on its node,
+    with an incident still active whose failure is within ``lookback_s`` of it and that does not blame the node
+    yet. Judged for one job, the node's fault is theirs too -- a neighbour's crash or hang names it, and its held
+    writes are its consequence, not a storage fault."""
+    out = []
+    for j in state.topology.jobs_on(f.node or ""):
+        inc = state.failure_of(j.name)
+        if j.name == job or inc is None or inc.state not in ACTIVE or _blames(inc, f.node or ""):
+            continue
+        failure_at = inc.gate.failure_at if inc.gate is not None else inc.opened_at
+        if abs((failure_at - f.ts).total_seconds()) <= lookback_s:
+            out.append(j.name)
     return out

@@ -30,7 +30,7 @@ from typing import Any
 from correlators.findings import HARDWARE_CATEGORIES, NODE_CATEGORIES
 from correlators.incident_state import OpenIncident
 from correlators.lifecycle import ACTIVE, IncidentLifecycle
-from correlators.node_parts import failed_parts
+from correlators.node_parts import failed_beside, failed_parts
 from correlators.pinned import blamed_unfenced
 from correlators.planner import Planner
 from correlators.restart_gate import GateDecision, human, waiting_text
@@ -104,6 +104,8 @@ class RecoveryRules:
         # that both logged a SEL and left its ranks behind carries its hardware cause, not only the timeout's
         for f in failed_parts(self.state, inc, self.p.timing.hardware_lookback_s):
             self.life.failure(job.name, f)
+            for other in failed_beside(self.state, f, job.name, self.p.timing.hardware_lookback_s):
+                self.life.failure(other, f)  # the node's fault is the cause of their failure too
         # a culprit the collectives pin to one live node is cordoned now, before the restart, which leaves every
         # cordoned node out
         self.life.pin(inc, due)

@@ -77,3 +77,26 @@ def an_old_sel_does_not_blame_a_later_crash() -> S:
         must=[restart("pt")],
         must_not=NO_FENCE,
     )
+
+
+@scenario
+def a_node_fault_judged_at_one_jobs_restart_is_the_cause_of_its_neighbours_failure() -> S:
+    """Two jobs share n1 and n2 by halves. Soon after they start -- before n2's agent has shown its cadence, so
+    its silence tells nothing yet -- n2's BMC logs an uncorrectable memory error and n2 goes quiet; a checkpoint
+    write of ``a`` fails with an I/O error three seconds later, and ``a``'s rank on n1 dies of the aborted
+    communicator; ``b`` just stops stepping. n2's fault is judged when ``b``'s restart looks at its nodes -- and it
+    is ``a``'s cause as much as ``b``'s: both incidents name n2 (one cordon, one ticket), and ``a``'s failed
+    write is that fault's evidence, not a storage incident."""
+    cap = fleet("n1", "n2", "n3", duration=1200, hb=60.0, nvml=120.0)
+    cap.job("a", {"n1": [0, 1, 2, 3], "n2": [0, 1, 2, 3]}).job("b", {"n1": [4, 5, 6, 7], "n2": [4, 5, 6, 7]})
+    cap.sel(74.5, "n2", "memory").silence(75, "n2").bmc_power(95, "n2")
+    cap.checkpoint_failed(77, "a", 60, error="OSError: [Errno 5] Input/output error: '/mnt/ckpt/a/step_0000060'")
+    cap.crash(150, "a", rank=0, error="torch.distributed.DistBackendError: NCCL communicator was aborted on rank 0")
+    return cap, expect(
+        incidents=[{"job": "a", "category": "node_hardware_fault", "culprit_node": "n2"},
+                   {"job": "b", "category": "node_hardware_fault", "culprit_node": "n2"}],
+        must=[{"type": "cordon_node", "node": "n2"}, restart("a", excludes_node="n2"), restart("b", excludes_node="n2")],
+        unique=[{"type": "cordon_node", "node": "n2"}, {"type": "open_ticket", "node": "n2"}],
+        must_not=[{"type": "open_ticket", "node": None}, {"type": "cordon_node", "node": "n1"},
+                  {"type": "quarantine_gpu"}],
+    )

@@ -433,3 +433,21 @@ SOAK_FIND_CANCEL_BEFORE_VERDICT = FleetPlan(nodes=2, gpus=4, rack=4, duration=90
 
 def test_the_soaks_find_a_verdict_after_the_cancel_joins_the_cancelled_crash() -> None:
     _keeps(SOAK_FIND_CANCEL_BEFORE_VERDICT, "explained")
+
+
+# The 50,000-example soak's find (FLEET_SEED=20261314, after 5 minutes): two jobs share n01 and n02 by halves; n02's
+# BMC logs a memory UE and n02 goes quiet before its agent has shown its cadence (so its silence judges nothing);
+# job0's checkpoint write fails with EIO three seconds later, and job0 crashes on a GPU of n01 that vanished from
+# NVML. n02's fault was judged at job1's restart (node_parts.failed_parts) for job1 alone: job0's incident never
+# named n02 (a fenced node was skipped at its own restart), so its held write, finding no hardware cause, paged
+# storage (`consequence`). Found at one job's restart, a node's fault is the cause of every job on it whose
+# failure is near it (node_parts.failed_beside), and a node another incident fenced is still blamed by this one.
+SOAK_FIND_NEIGHBOUR = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=120.0, jobs=(
+    JobPlan(nodes=2, half=True, elastic=None, every=10.0, interval=300.0, local=False, resume=None),
+    JobPlan(nodes=2, half=True, elastic=None, every=10.0, interval=300.0, local=False, resume=None)), faults=(
+    FaultPlan(kind='ckpt_crash', at=0.125, job=0, pick=2, code=0, late=None, dup=False),
+    FaultPlan(kind='vanish', at=0.25, job=0, pick=0, code=0, late=None, dup=False)), skew=None)
+
+
+def test_the_soaks_find_a_node_fault_found_at_one_restart_explains_its_neighbours_write() -> None:
+    _keeps(SOAK_FIND_NEIGHBOUR, "consequence")
