@@ -45,13 +45,22 @@ def unheard_since(state: EngineState, node: str, at: datetime, grace_s: float) -
     return beat.last < at or (quiet and (beat.last - at).total_seconds() <= grace_s)
 
 
-def unjudged_fault(state: EngineState, node: str, near: datetime, lookback_s: float) -> bool:
-    """Did ``node``'s own parts fail within ``lookback_s`` of ``near``, with no fence for that fault on the node yet (a
-    verdict to come)? A cordon for another cause (its power supply) does not judge a memory UE beside the write."""
+def unjudged_fault(state: EngineState, node: str, near: datetime, lookback_s: float, job: str | None = None) -> bool:
+    """Did ``node``'s own parts fail within ``lookback_s`` of ``near``, with that fault not judged yet: no fence for
+    it on the node (a cordon for another cause, its power supply, does not judge a memory UE beside the write) --
+    or, for ``job``, a fence another job's incident placed while none of ``job``'s incidents blames the node yet
+    (its own failure's verdict, or its restart's last look, will: :func:`failed_parts`)."""
     view = state.bmc.get(node)
     fault = view.node_fault_near(near, lookback_s) if view is not None else None
+    if fault is None:
+        return False
     fence = state.ledger.nodes.get(node)
-    return fault is not None and (fence is None or fence.reason != "node_hardware_fault")
+    if fence is None or fence.reason != "node_hardware_fault":
+        return True
+    if job is None:
+        return False
+    held = state.failure_of(job)
+    return not any(_blames(i, node) for i in [*state.history(job), *([held] if held is not None else [])])
 
 
 def failed_parts(state: EngineState, inc: OpenIncident, lookback_s: float) -> list[Finding]:

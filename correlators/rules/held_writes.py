@@ -15,7 +15,8 @@ its own storage (space, quota, a read-only or forbidden path: :func:`own_storage
 * publishes it as a ``checkpoint_failure`` once ``gate.late_line_s`` has passed (a late kernel line has
   had its chance) and every node of the job has vouched for itself since the write failed (a heartbeat
   after it, not silent) or has no verdict on its way (no silence or judge timer armed: nothing will
-  speak for it, and no fault of its own parts near the write waits to be judged at the job's restart:
+  speak for it, and no fault of its own parts near the write waits to be judged for this job -- at its
+  restart, also when another job's incident fenced the node first:
   :func:`~correlators.node_parts.unjudged_fault`); at the latest after ``MAX_HOLD_S``.
 
 Kept in :attr:`~correlators.state.EngineState.held_writes` (the job -> its held findings), so a
@@ -99,7 +100,7 @@ class HeldWrites:
         j = self.state.topology.jobs.get(job)
         s = self.state
         for node in j.nodes if j is not None else []:
-            if unjudged_fault(s, node, since, self.p.timing.hardware_lookback_s):
+            if unjudged_fault(s, node, since, self.p.timing.hardware_lookback_s, job):
                 return True  # its own parts failed as the write did: the restart will judge it, if nothing before
             beat = s.heartbeat.get(node)  # fenced or not: a job still running on a node is judged by its silence
             if beat is None or (node not in s.silent and beat.last >= since):

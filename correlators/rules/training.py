@@ -169,8 +169,11 @@ class TrainingRules:
         if fence is None or fence.reason not in HARDWARE_CATEGORIES:
             return None
         owner = self.state.incident(fence.incident)
-        category = owner.category if owner is not None and owner.category in HARDWARE_CATEGORIES else fence.reason
-        return category, fence.incident
+        # the owner's cause where its own culprit is this hardware (it may have grown since the fence); a fence it
+        # placed for a second culprit is that culprit's cause, not the incident's
+        own = owner is not None and owner.category in HARDWARE_CATEGORIES and any(
+            n == node and (not held or not gpus or held & set(gpus)) for n, held in owner.hardware())
+        return (owner.category if own and owner is not None else fence.reason), fence.incident
 
     def _rank_place(self, job: str, rank: int | None, node: str | None) -> tuple[str | None, list[int]]:
         j = self.state.topology.jobs.get(job)

@@ -79,6 +79,22 @@ def an_old_sel_does_not_blame_a_later_crash() -> S:
     )
 
 
+def _neighbours(cap: Capture) -> dict[str, Any]:
+    return expect(
+        incidents=[{"job": "a", "category": "node_hardware_fault", "culprit_node": "n2"},
+                   {"job": "b", "category": "node_hardware_fault", "culprit_node": "n2"}],
+        must=[{"type": "cordon_node", "node": "n2"}, restart("a", excludes_node="n2"), restart("b", excludes_node="n2")],
+        unique=[{"type": "cordon_node", "node": "n2"}, {"type": "open_ticket", "node": "n2"}],
+        must_not=[{"type": "open_ticket", "node": None}, {"type": "cordon_node", "node": "n1"},
+                  {"type": "quarantine_gpu"}],
+    )
+
+
+def _halves(duration: float = 1200) -> Capture:
+    cap = fleet("n1", "n2", "n3", duration=duration, hb=60.0, nvml=120.0)
+    return cap.job("a", {"n1": [0, 1, 2, 3], "n2": [0, 1, 2, 3]}).job("b", {"n1": [4, 5, 6, 7], "n2": [4, 5, 6, 7]})
+
+
 @scenario
 def a_node_fault_judged_at_one_jobs_restart_is_the_cause_of_its_neighbours_failure() -> S:
     """Two jobs share n1 and n2 by halves. Soon after they start -- before n2's agent has shown its cadence, so
@@ -87,16 +103,38 @@ def a_node_fault_judged_at_one_jobs_restart_is_the_cause_of_its_neighbours_failu
     communicator; ``b`` just stops stepping. n2's fault is judged when ``b``'s restart looks at its nodes -- and it
     is ``a``'s cause as much as ``b``'s: both incidents name n2 (one cordon, one ticket), and ``a``'s failed
     write is that fault's evidence, not a storage incident."""
-    cap = fleet("n1", "n2", "n3", duration=1200, hb=60.0, nvml=120.0)
-    cap.job("a", {"n1": [0, 1, 2, 3], "n2": [0, 1, 2, 3]}).job("b", {"n1": [4, 5, 6, 7], "n2": [4, 5, 6, 7]})
+    cap = _halves()
     cap.sel(74.5, "n2", "memory").silence(75, "n2").bmc_power(95, "n2")
     cap.checkpoint_failed(77, "a", 60, error="OSError: [Errno 5] Input/output error: '/mnt/ckpt/a/step_0000060'")
     cap.crash(150, "a", rank=0, error="torch.distributed.DistBackendError: NCCL communicator was aborted on rank 0")
+    return cap, _neighbours(cap)
+
+
+@scenario
+def a_write_lost_on_a_node_a_neighbour_fenced_first_waits_for_its_own_jobs_verdict() -> S:
+    """As above, but ``b`` fails at once (its rank on n1 dies of the aborted communicator) and its restart fences
+    n2 within a minute, while ``a`` only stops stepping: ``a``'s failed write is not a storage fault because the
+    fence is ``b``'s -- it waits for ``a``'s own verdict, which names n2 when ``a``'s restart looks at its nodes."""
+    cap = _halves()
+    cap.sel(74.5, "n2", "memory").silence(75, "n2").bmc_power(95, "n2")
+    cap.checkpoint_failed(77, "a", 60, error="OSError: [Errno 5] Input/output error: '/mnt/ckpt/a/step_0000060'")
+    cap.crash(76.5, "b", rank=0, error="torch.distributed.DistBackendError: NCCL communicator was aborted on rank 0")
+    return cap, _neighbours(cap)
+
+
+@scenario
+def a_crash_on_a_gpu_fenced_for_a_second_culprit_is_that_culprits_cause() -> S:
+    """n2's memory fails under pt (node_hardware_fault, n2 cordoned); GPU 3 of n1 falls off the bus as well -- a
+    second root cause, quarantined by the same incident. The rank on that GPU then dies: its crash is the GPU's
+    (off the bus), not the node fault's -- n1 is not cordoned for a memory UE it never had."""
+    cap = fleet("n1", "n2", "n3").bmc_polls(60).job("pt", ["n1", "n2"])
+    cap.sel(899, "n2", "memory").crash(900, "pt", rank=12)
+    cap.xid(905, "n1", 3, 79).crash(906.5, "pt", rank=3)
     return cap, expect(
-        incidents=[{"job": "a", "category": "node_hardware_fault", "culprit_node": "n2"},
-                   {"job": "b", "category": "node_hardware_fault", "culprit_node": "n2"}],
-        must=[{"type": "cordon_node", "node": "n2"}, restart("a", excludes_node="n2"), restart("b", excludes_node="n2")],
-        unique=[{"type": "cordon_node", "node": "n2"}, {"type": "open_ticket", "node": "n2"}],
-        must_not=[{"type": "open_ticket", "node": None}, {"type": "cordon_node", "node": "n1"},
-                  {"type": "quarantine_gpu"}],
+        incidents=[{"job": "pt", "category": "node_hardware_fault", "culprit_node": "n2"},
+                   {"job": "pt", "category": "gpu_off_bus", "culprit_node": "n1", "culprit_gpus": [3]}],
+        must=[{"type": "cordon_node", "node": "n2"}, {"type": "quarantine_gpu", "node": "n1", "gpu": 3},
+              restart("pt", excludes_node="n2", excludes_gpu=["n1", 3])],
+        unique=[{"type": "cordon_node", "node": "n2"}, {"type": "quarantine_gpu", "node": "n1", "gpu": 3}],
+        must_not=[{"type": "cordon_node", "node": "n1"}, {"type": "drain_node", "node": "n1"}],
     )

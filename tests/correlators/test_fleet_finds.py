@@ -451,3 +451,23 @@ SOAK_FIND_NEIGHBOUR = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbe
 
 def test_the_soaks_find_a_node_fault_found_at_one_restart_explains_its_neighbours_write() -> None:
     _keeps(SOAK_FIND_NEIGHBOUR, "consequence")
+
+
+# The 50,000-example soak's find (FLEET_SEED=20261315, after 6 minutes), the mirror of the one above: job1 fails at
+# once (XID 79) and its restart fences n02 for its memory UE within a minute, while job0 only stops stepping; job0's
+# write, lost as n02 died, was judged before job0's own verdict -- n02's fence was job1's, so nothing of job0's
+# "waited" and it paged storage (`consequence`). A node fault near the write that none of the job's own incidents
+# blames yet keeps the write held (node_parts.unjudged_fault, for the job). The same capture cordoned n01, a healthy
+# node: job0's rank on GPU 0 of n01 -- quarantined for a second root cause (XID 79) by its node_hardware_fault
+# incident -- crashed, and the crash took the incident's category for the fence's, blaming n01 for n02's memory
+# fault. A fence placed for a second culprit gives a crash on it that culprit's cause (TrainingRules._fenced_cause).
+SOAK_FIND_NEIGHBOUR_FIRST = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, heartbeat=60.0, nvml=120.0, jobs=(
+    JobPlan(nodes=2, half=True, elastic=None, every=10.0, interval=300.0, local=False, resume=None),
+    JobPlan(nodes=2, half=True, elastic=None, every=10.0, interval=300.0, local=False, resume=None)), faults=(
+    FaultPlan(kind='xid', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='xid', at=0.125, job=1, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='ckpt_crash', at=0.125, job=0, pick=2, code=0, late=None, dup=False)), skew=None)
+
+
+def test_the_soaks_find_a_write_on_a_node_a_neighbour_fenced_waits_for_its_own_job() -> None:
+    _keeps(SOAK_FIND_NEIGHBOUR_FIRST, "consequence")
