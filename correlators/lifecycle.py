@@ -259,7 +259,7 @@ class IncidentLifecycle:
                   now: datetime | None = None) -> OpenIncident:
         """Record a condition of ``job`` (or, without a job, of ``node``'s hardware): new, or more evidence
         (``now``: when it is decided, if later than ``ts``, when it happened: a held write)."""
-        at = ts if now is None else now
+        at = max(ts, self.state.clock or ts) if now is None else now  # decided now, whenever it happened
         subject = node if job is None else None
         owner = fence_owner(self.state, node, gpus, category) if job is None else None
         if owner is not None:  # a repeat on hardware fenced for this very cause: the fence's evidence

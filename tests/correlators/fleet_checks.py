@@ -27,6 +27,11 @@ invariant (:data:`INVARIANTS`), the violations found. Each rule, as the operator
   a scheduler's later ``job_failed`` for the same run does not undo the cancel;
 * ``save``: a ``checkpoint_now`` asks a job whose run is live (started, not ended) and whose allocation holds
   the node it names, once per incident;
+* ``cordon``: a node is cordoned only on evidence of the node itself, heard before the cordon: a BMC SEL of it
+  or its BMC unreachable or reporting power off, an uncorrected machine check, its agent silent (a gap in its
+  heartbeats well past their cadence), a collective timeout of a job on it (a zombie node), or two of its GPUs
+  lost (fatal XIDs, or gone from NVML while a sibling reports: a power domain). A GPU fault is never its
+  node's cordon;
 * ``mode``: a restart comes back ``in_process`` only when nothing of the job's allocation is left out;
 * ``size``: every record under ``streams.bounds.MAX_RECORD_BYTES``;
 * ``same``: the same capture gives the same decisions byte for byte, run again from its bytes and across a
@@ -39,7 +44,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from test_invariants import POLICY, _Oracle, _restart_violations, _same_hardware_violations
+from test_invariants import FATAL_XIDS, POLICY, _Oracle, _restart_violations, _same_hardware_violations
 
 from correlators.engine import Correlator
 from correlators.partitions import PartitionState
@@ -53,8 +58,9 @@ from streams.decisions import Command, Incident
 __all__ = ["CADENCE_INTERVALS", "INVARIANTS", "evaluate", "events_of"]
 
 INVARIANTS = ("gate", "fenced_first", "checkpoint", "world", "explained", "consequence", "tickets", "hang", "ended",
-              "save", "mode", "size", "same")
+              "save", "mode", "cordon", "size", "same")
 CADENCE_INTERVALS = 3
+POWER_WINDOW_S = 60.0  # GPUs of one power domain lost this close together are the domain's fault
 BLAMING = {"gpu_off_bus", "gpu_memory_fault", "gpu_nvlink_fault", "gpu_firmware_fault", "power_supply_fault",
            "node_down", "node_hardware_fault", "rack_outage", "network_timeout"}
 HARDWARE = BLAMING - {"network_timeout"}
@@ -86,10 +92,13 @@ class Watch(_Oracle):
     # the plan's skewed source and its offset: a save of that source is also known by when it happened
     # (_Oracle.true_saved), and a restart from one that happened before the failure is safe whatever its stamp
     skew: tuple[str, float] | None = None
+    node_evidence: set[str] = field(default_factory=set)  # nodes something said was itself failing (``cordon``)
+    lost: dict[str, list[tuple[int, datetime]]] = field(default_factory=dict)  # node -> (GPU, when) of fatal XIDs
 
     def see(self, e: ev.Event) -> None:
         super().see(e)
         b, node, job = e.body, e.node, e.job
+        self._node_evidence(e)
         if isinstance(b, ev.CheckpointSaved) and job and self.skew and e.source == self.skew[0]:
             self.true_saved[(job, b.step, b.path)] = e.ts - timedelta(seconds=self.skew[1])
         elif isinstance(b, ev.TrainStep) and job and self.skew and e.source == self.skew[0]:
@@ -142,6 +151,55 @@ class Watch(_Oracle):
                 self.fence_of.setdefault(unit, (inc, d.issued_at, str(d.params.get("reason") or inc.category)))
         elif isinstance(d, Command) and d.type == "release_gpu" and d.target.node and d.target.gpu:
             self.fenced_gpus.discard((d.target.node, d.target.gpu))
+
+    def _node_evidence(self, e: ev.Event) -> None:
+        b, node = e.body, e.node
+        if node is None and not isinstance(b, ev.NcclTimeout):
+            return
+        if isinstance(b, ev.BmcSel) and b.asserted or isinstance(b, ev.BmcUnreachable) \
+                or isinstance(b, ev.BmcPower) and not b.on \
+                or isinstance(b, ev.KernelFault) and b.fault == "machine_check":
+            self.node_evidence.add(node or "")
+        elif isinstance(b, ev.NcclTimeout) and e.job in self.alloc:
+            self.node_evidence |= set(self.alloc[e.job or ""])
+        elif isinstance(b, ev.Xid) and node and b.code in FATAL_XIDS and (i := self.index(node, b.gpu)) is not None:
+            self.lost.setdefault(node, []).append((i, e.ts))
+        elif isinstance(b, ev.AgentHeartbeat) and node and self._silent(node, e.ts, before=True):
+            self.node_evidence.add(node)
+
+    def _silent(self, node: str, now: datetime, before: bool = False) -> bool:
+        """Has ``node``'s agent been quiet at ``now`` well past its cadence (``before``: the beat at ``now`` is the
+        one that ends the gap)?"""
+        beats = sorted(self.heartbeats.get(node, []))
+        if before and beats and beats[-1] == now:
+            beats = beats[:-1]
+        gaps = [b - a for a, b in zip(beats, beats[1:], strict=False) if b > a]
+        if not beats or not gaps:
+            return False
+        return (now - beats[-1]).total_seconds() > 1.5 * min(gaps).total_seconds()
+
+    def gone_gpus(self, node: str, now: datetime) -> set[int]:
+        """The node's GPUs gone from NVML at ``now``: unsampled for twice its pace while a sibling was sampled."""
+        per = {i: sorted(ts) for i, ts in self.samples.get(node, {}).items() if ts}
+        gaps = [b - a for ts in per.values() for a, b in zip(ts, ts[1:], strict=False) if b > a]
+        if not gaps:
+            return set()
+        newest = max(ts[-1] for ts in per.values())
+        return {i for i, ts in per.items() if newest - ts[-1] > 2 * min(gaps)}
+
+    def cordon_cause(self, node: str, now: datetime) -> bool:
+        """Is there evidence of ``node`` itself by ``now`` (the ``cordon`` invariant)?"""
+        if node in self.node_evidence or self._silent(node, now):
+            return True
+        gone = self.gone_gpus(node, now)
+        together = [{g for g, t in self.lost.get(node, []) if abs((t - at).total_seconds()) <= POWER_WINDOW_S} | gone
+                    for _, at in self.lost.get(node, [])] + [gone]
+        return any(self._one_domain(node, gpus) for gpus in together)
+
+    def _one_domain(self, node: str, gpus: set[int]) -> bool:
+        """Two or more of ``gpus`` share a power domain (lost together: the domain's fault, its node's cordon)."""
+        domains = [self.domain.get((node, self.uuid.get((node, g), "")), node) for g in gpus]
+        return any(domains.count(d) >= 2 for d in set(domains))
 
     def fenced(self, node: str, gid: str | None) -> bool:
         return node in self.fenced_nodes or (gid is not None and (node, gid) in self.fenced_gpus)
@@ -363,6 +421,7 @@ def evaluate(lines: list[str], cut: float = 0.5, again: bool = True,
     blob, after = b"", 0
     decided: list[Incident | Command] = []
     asked: set[str] = set()
+    cordons: list[Command] = []
     for i, e in enumerate(events):
         if i == at:
             blob, after = _sealed(worker), len(decided)
@@ -373,6 +432,8 @@ def evaluate(lines: list[str], cut: float = 0.5, again: bool = True,
                 bad["mode"] += _mode(w, d)
             elif isinstance(d, Command) and d.type == "checkpoint_now":
                 bad["save"] += _save(w, d, asked)
+            elif isinstance(d, Command) and d.type == "cordon_node" and d.target.node:
+                cordons.append(d)  # judged with this event seen: it may be the evidence that decided it
             elif isinstance(d, Incident) and d.id not in w.incidents:
                 for why in _incident(w, d):
                     bad["hang" if "hang verdict" in why else "explained"].append(why)
@@ -381,6 +442,10 @@ def evaluate(lines: list[str], cut: float = 0.5, again: bool = True,
             if (n := len(d.model_dump_json().encode())) > MAX_RECORD_BYTES:
                 bad["size"].append(f"{type(d).__name__} {d.id} is {n} bytes")
         w.see(e)
+        bad["cordon"] += [f"{d.target.node} cordoned at {d.issued_at:%H:%M:%S} for {d.params.get('reason')} "
+                          f"({d.incident}) with no evidence of the node itself" for d in cordons
+                          if not w.cordon_cause(d.target.node or "", d.issued_at)]
+        cordons.clear()
     out = json.loads(_collated(decided))
     bad["explained"] += _same_hardware_violations(w, out)
     bad["consequence"] += _consequences(w)
