@@ -18,6 +18,7 @@ EXTRA_OF_MODULE = {
     "chdb": "sink",
     "clickhouse_connect": "sink",
     "rich": "sink",
+    "msgspec": "sink",
     "faust": "correlator",
     "mode": "correlator",
     "aiokafka": "correlator",

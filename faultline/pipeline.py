@@ -33,6 +33,7 @@ from common.settings import Settings
 from faultline.outcome import collate
 from producers import metrics as producer_metrics
 from producers.batching import Batching
+from producers.capture.fast_nvml import parse_for_publishing
 from producers.capture.reader import OversizedLine, read_capture_lines
 from producers.capture.screen import CaptureScreen, Refused
 from producers.delivery import EventPublisher
@@ -136,7 +137,7 @@ def publish_capture(pub: EventPublisher, lines: Iterable[bytes | OversizedLine],
     Returns (lines, events, bad lines, the newest event time)."""
     n = events = bad = 0
     last: datetime | None = None
-    for verdict in CaptureScreen().screen(lines):
+    for verdict in CaptureScreen(parse=parse_for_publishing).screen(lines):  # events only published: records
         n = verdict.line
         if isinstance(verdict, Refused):
             bad += 1

@@ -24,7 +24,7 @@ from datetime import datetime
 from streams.batch import ENVELOPE_BYTES, encode_batch
 from streams.events import Event
 
-__all__ = ["Batcher", "Batching", "Packed"]
+__all__ = ["Batcher", "Batching", "EncodedEvent", "Packed"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,17 @@ class Batching:
     def __post_init__(self) -> None:
         if self.max_events < 1 or self.max_bytes < 1:
             raise ValueError("a batch holds at least one event and one byte")
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedEvent:
+    """An event already written as its record (``Event.model_dump_json()``'s bytes), with what batching
+    needs of it: a producer that reads a line straight to those bytes builds no model only to write it
+    out (:mod:`producers.capture.fast_nvml`)."""
+
+    ts: datetime
+    source: str
+    value: bytes
 
 
 @dataclass(frozen=True)
@@ -64,9 +75,10 @@ class Batcher:
         """Events waiting for their batch to be cut."""
         return len(self._encoded)
 
-    def add(self, event: Event, encoded: bytes | None = None) -> list[Packed]:
+    def add(self, event: Event | EncodedEvent, encoded: bytes | None = None) -> list[Packed]:
         """Take ``event`` (``encoded``: its JSON, if the caller has it); the records it completed."""
-        raw = encoded if encoded is not None else event.model_dump_json().encode()
+        raw = (encoded if encoded is not None else event.value if isinstance(event, EncodedEvent)
+               else event.model_dump_json().encode())
         b = self.batching
         out = []
         if self._encoded and (

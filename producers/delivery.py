@@ -13,7 +13,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from common.kafka_logging import with_logger
-from producers.batching import Batcher, Batching
+from producers.batching import Batcher, Batching, EncodedEvent
 from streams.cells import DEFAULT_CELL, cell_key
 from streams.decisions import DeadLetter
 from streams.events import Event
@@ -68,11 +68,12 @@ class EventPublisher:
             except BufferError:
                 self._p.poll(0.1)  # local queue full: let deliveries drain, then retry
 
-    def publish(self, events: Iterable[Event]) -> None:
+    def publish(self, events: Iterable[Event | EncodedEvent]) -> None:
         """Hand ``events`` over in order (batched: the records they filled; the rest waits for ``flush``)."""
         if self._batcher is None:
             for e in events:
-                self._produce(self._events, self._key, e.model_dump_json().encode())
+                value = e.value if isinstance(e, EncodedEvent) else e.model_dump_json().encode()
+                self._produce(self._events, self._key, value)
         else:
             for e in events:
                 for packed in self._batcher.add(e):

@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from common.deadletters import RAW_KEPT_BYTES, dead_letter
 from producers.capture import MAX_LINE_BYTES, BadInput, parse_capture_line, too_long
@@ -50,12 +51,20 @@ DEDUPE_WINDOW = 65_536
 DUPLICATE_RAW_BYTES = 256
 
 
+class _Timed(Protocol):
+    @property
+    def ts(self) -> datetime: ...
+
+
+E = TypeVar("E", bound=_Timed)
+
+
 @dataclass(frozen=True)
-class Accepted:
+class Accepted(Generic[E]):
     """Line ``line`` (1-based) is good; ``events`` may be empty (a line that says nothing)."""
 
     line: int
-    events: list[Event]
+    events: list[E]
 
 
 @dataclass(frozen=True)
@@ -70,40 +79,54 @@ class Refused:
         return dead_letter(stage, f"line {self.line}: {self.error.reason}", self.raw, at)
 
 
-Verdict = Accepted | Refused
+Verdict = Accepted[Event] | Refused
 
 
 @dataclass
-class _Slot:
+class _Slot(Generic[E]):
     line: int
     raw: bytes
-    verdict: Verdict | None = None
-    events: list[Event] = field(default_factory=list)
+    verdict: Accepted[E] | Refused | None = None
+    events: list[E] = field(default_factory=list)
 
 
-class CaptureScreen:
-    """Screen one capture: feed lines in order with :meth:`push`, then :meth:`finish`; or :meth:`screen`."""
+class CaptureScreen(Generic[E]):
+    """Screen one capture: feed lines in order with :meth:`push`, then :meth:`finish`; or :meth:`screen`.
 
-    def __init__(self, dedupe_window: int = DEDUPE_WINDOW, clock: ClockWindow[_Slot] | None = None) -> None:
+    ``parse`` turns a line into its events (default :func:`~producers.capture.parse_capture_line`;
+    :func:`producers.capture.fast_nvml.parse_for_publishing` gives the same events, some already written
+    as records)."""
+
+    @overload
+    def __init__(self: CaptureScreen[Event], dedupe_window: int = DEDUPE_WINDOW,
+                 clock: ClockWindow[_Slot[Event]] | None = None) -> None: ...
+
+    @overload
+    def __init__(self, dedupe_window: int = DEDUPE_WINDOW, clock: ClockWindow[_Slot[E]] | None = None, *,
+                 parse: Callable[[bytes | str], list[E]]) -> None: ...
+
+    def __init__(self, dedupe_window: int = DEDUPE_WINDOW, clock: ClockWindow[Any] | None = None, *,
+                 parse: Callable[[bytes | str], list[E]] | None = None) -> None:
         self._window = dedupe_window
         self._seen: OrderedDict[bytes, int] = OrderedDict()  # digest of a line -> its line number
-        self._clock: ClockWindow[_Slot] = clock if clock is not None else ClockWindow()
-        self._queue: deque[_Slot] = deque()  # lines without a verdict, and those behind them
+        self._clock: ClockWindow[_Slot[E]] = clock if clock is not None else ClockWindow()
+        self._queue: deque[_Slot[E]] = deque()  # lines without a verdict, and those behind them
         self._n = 0
+        self._parse: Callable[[bytes | str], list[E]] = parse or parse_capture_line  # type: ignore[assignment]
 
-    def screen(self, lines: Iterable[bytes | str | OversizedLine]) -> Iterator[Verdict]:
+    def screen(self, lines: Iterable[bytes | str | OversizedLine]) -> Iterator[Accepted[E] | Refused]:
         for raw in lines:
             yield from self.push(raw)
         yield from self.finish()
 
-    def push(self, raw: bytes | str | OversizedLine) -> list[Verdict]:
+    def push(self, raw: bytes | str | OversizedLine) -> list[Accepted[E] | Refused]:
         """Take the next line; return the verdicts now known, in line order."""
         self._n += 1
         if isinstance(raw, OversizedLine):
             self._queue.append(_Slot(self._n, raw.head, Refused(self._n, too_long(raw.size), raw.head)))
             return self._release()
         data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-        slot = _Slot(self._n, data[:RAW_KEPT_BYTES])
+        slot: _Slot[E] = _Slot(self._n, data[:RAW_KEPT_BYTES])
         self._queue.append(slot)
         if len(data) > MAX_LINE_BYTES + 2:  # too long even with its line ending: neither hashed nor parsed
             slot.verdict = Refused(slot.line, too_long(len(data.rstrip(b"\r\n"))), slot.raw)
@@ -114,7 +137,7 @@ class CaptureScreen:
             slot.verdict = Refused(slot.line, BadInput(reason, "duplicate"), data[:DUPLICATE_RAW_BYTES])
             return self._release()
         try:
-            slot.events = parse_capture_line(raw)
+            slot.events = self._parse(raw)
         except BadInput as exc:
             slot.verdict = Refused(slot.line, exc, slot.raw)
             return self._release()
@@ -124,7 +147,7 @@ class CaptureScreen:
         self._judge(self._clock.push(slot, slot.events[0].ts))
         return self._release()
 
-    def finish(self) -> list[Verdict]:
+    def finish(self) -> list[Accepted[E] | Refused]:
         """The capture has ended: every remaining verdict."""
         self._judge(self._clock.finish())
         return self._release()
@@ -142,13 +165,13 @@ class CaptureScreen:
             self._seen.popitem(last=False)
         return None
 
-    def _judge(self, judged: list[tuple[_Slot, str | None]]) -> None:
+    def _judge(self, judged: list[tuple[_Slot[E], str | None]]) -> None:
         for slot, outlier in judged:
             slot.verdict = (Accepted(slot.line, slot.events) if outlier is None
                             else Refused(slot.line, BadInput(outlier, "clock_outlier"), slot.raw))
 
-    def _release(self) -> list[Verdict]:
-        out: list[Verdict] = []
+    def _release(self) -> list[Accepted[E] | Refused]:
+        out: list[Accepted[E] | Refused] = []
         while self._queue and self._queue[0].verdict is not None:
             verdict = self._queue.popleft().verdict
             assert verdict is not None
