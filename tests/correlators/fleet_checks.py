@@ -32,6 +32,9 @@ invariant (:data:`INVARIANTS`), the violations found. Each rule, as the operator
   heartbeats well past their cadence), a collective timeout of a job on it (a zombie node), or two of its GPUs
   lost (fatal XIDs, or gone from NVML while a sibling reports: a power domain). A GPU fault is never its
   node's cordon;
+* ``quarantine``: a GPU is quarantined only on evidence of that GPU, heard before it: an XID of it, NVML
+  readings of it out of the ordinary (ECC errors, rows pending remap or failed, heat or a thermal slowdown), it
+  gone from NVML while a sibling reports, or its node's power-supply SEL;
 * ``mode``: a restart comes back ``in_process`` only when nothing of the job's allocation is left out;
 * ``size``: every record under ``streams.bounds.MAX_RECORD_BYTES``;
 * ``same``: the same capture gives the same decisions byte for byte, run again from its bytes and across a
@@ -58,7 +61,7 @@ from streams.decisions import Command, Incident
 __all__ = ["CADENCE_INTERVALS", "INVARIANTS", "evaluate", "events_of"]
 
 INVARIANTS = ("gate", "fenced_first", "checkpoint", "world", "explained", "consequence", "tickets", "hang", "ended",
-              "save", "mode", "cordon", "size", "same")
+              "save", "mode", "cordon", "quarantine", "size", "same")
 CADENCE_INTERVALS = 3
 POWER_WINDOW_S = 60.0  # GPUs of one power domain lost this close together are the domain's fault
 BLAMING = {"gpu_off_bus", "gpu_memory_fault", "gpu_nvlink_fault", "gpu_firmware_fault", "power_supply_fault",
@@ -94,6 +97,8 @@ class Watch(_Oracle):
     skew: tuple[str, float] | None = None
     node_evidence: set[str] = field(default_factory=set)  # nodes something said was itself failing (``cordon``)
     lost: dict[str, list[tuple[int, datetime]]] = field(default_factory=dict)  # node -> (GPU, when) of fatal XIDs
+    gpu_evidence: set[tuple[str, int]] = field(default_factory=set)  # GPUs something said was failing
+    psu: set[str] = field(default_factory=set)  # nodes whose BMC logged a power-supply SEL
 
     def see(self, e: ev.Event) -> None:
         super().see(e)
@@ -156,6 +161,13 @@ class Watch(_Oracle):
         b, node = e.body, e.node
         if node is None and not isinstance(b, ev.NcclTimeout):
             return
+        if isinstance(b, ev.Xid) and node and (i := self.index(node, b.gpu)) is not None:
+            self.gpu_evidence.add((node, i))
+        elif isinstance(b, ev.GpuSample) and node and (i := self.index(node, b.gpu)) is not None \
+                and _unusual(b.metrics):
+            self.gpu_evidence.add((node, i))
+        if isinstance(b, ev.BmcSel) and b.asserted and b.component == "power_supply":
+            self.psu.add(node or "")
         if isinstance(b, ev.BmcSel) and b.asserted or isinstance(b, ev.BmcUnreachable) \
                 or isinstance(b, ev.BmcPower) and not b.on \
                 or isinstance(b, ev.KernelFault) and b.fault == "machine_check":
@@ -196,6 +208,13 @@ class Watch(_Oracle):
                     for _, at in self.lost.get(node, [])] + [gone]
         return any(self._one_domain(node, gpus) for gpus in together)
 
+    def quarantine_cause(self, node: str, gid: str, now: datetime) -> bool:
+        """Is there evidence of GPU ``gid`` of ``node`` by ``now`` (the ``quarantine`` invariant)?"""
+        idx = next((i for (n, i), u in self.uuid.items() if n == node and u == gid), None)
+        if idx is None:
+            return False  # a GPU no inventory named: nothing was heard of it
+        return (node, idx) in self.gpu_evidence or node in self.psu or idx in self.gone_gpus(node, now)
+
     def _one_domain(self, node: str, gpus: set[int]) -> bool:
         """Two or more of ``gpus`` share a power domain (lost together: the domain's fault, its node's cordon)."""
         domains = [self.domain.get((node, self.uuid.get((node, g), "")), node) for g in gpus]
@@ -203,6 +222,12 @@ class Watch(_Oracle):
 
     def fenced(self, node: str, gid: str | None) -> bool:
         return node in self.fenced_nodes or (gid is not None and (node, gid) in self.fenced_gpus)
+
+
+def _unusual(m: ev.GpuMetrics) -> bool:
+    """An NVML reading that says something of its GPU (what a healthy fleet's samples never show)."""
+    return any(x for x in (m.ecc_sbe_volatile, m.ecc_dbe_volatile, m.ecc_dbe_aggregate, m.remapped_rows_pending,
+                           m.remapped_rows_failure, m.clocks_event_reasons)) or (m.temperature_c or 0) >= 85
 
 
 def _save(w: Watch, cmd: Command, asked: set[str]) -> list[str]:
@@ -421,7 +446,7 @@ def evaluate(lines: list[str], cut: float = 0.5, again: bool = True,
     blob, after = b"", 0
     decided: list[Incident | Command] = []
     asked: set[str] = set()
-    cordons: list[Command] = []
+    fences: list[Command] = []
     for i, e in enumerate(events):
         if i == at:
             blob, after = _sealed(worker), len(decided)
@@ -432,8 +457,8 @@ def evaluate(lines: list[str], cut: float = 0.5, again: bool = True,
                 bad["mode"] += _mode(w, d)
             elif isinstance(d, Command) and d.type == "checkpoint_now":
                 bad["save"] += _save(w, d, asked)
-            elif isinstance(d, Command) and d.type == "cordon_node" and d.target.node:
-                cordons.append(d)  # judged with this event seen: it may be the evidence that decided it
+            elif isinstance(d, Command) and d.type in ("cordon_node", "quarantine_gpu") and d.target.node:
+                fences.append(d)  # judged with this event seen: it may be the evidence that decided it
             elif isinstance(d, Incident) and d.id not in w.incidents:
                 for why in _incident(w, d):
                     bad["hang" if "hang verdict" in why else "explained"].append(why)
@@ -442,10 +467,14 @@ def evaluate(lines: list[str], cut: float = 0.5, again: bool = True,
             if (n := len(d.model_dump_json().encode())) > MAX_RECORD_BYTES:
                 bad["size"].append(f"{type(d).__name__} {d.id} is {n} bytes")
         w.see(e)
-        bad["cordon"] += [f"{d.target.node} cordoned at {d.issued_at:%H:%M:%S} for {d.params.get('reason')} "
-                          f"({d.incident}) with no evidence of the node itself" for d in cordons
-                          if not w.cordon_cause(d.target.node or "", d.issued_at)]
-        cordons.clear()
+        for d in fences:
+            node, gid, why = d.target.node or "", d.target.gpu, f"for {d.params.get('reason')} ({d.incident})"
+            if gid is None and not w.cordon_cause(node, d.issued_at):
+                bad["cordon"].append(f"{node} cordoned at {d.issued_at:%H:%M:%S} {why} with no evidence of the node")
+            elif gid is not None and not w.quarantine_cause(node, gid, d.issued_at):
+                bad["quarantine"].append(f"{gid} of {node} quarantined at {d.issued_at:%H:%M:%S} {why} with no "
+                                         "evidence of the GPU")
+        fences.clear()
     out = json.loads(_collated(decided))
     bad["explained"] += _same_hardware_violations(w, out)
     bad["consequence"] += _consequences(w)

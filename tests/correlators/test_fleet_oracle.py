@@ -41,12 +41,38 @@ def _restart_with(**params: Any) -> Any:
     return mangle
 
 
+def _siblings() -> dict[str, str]:
+    """Each GPU of the plan's fleet -> another GPU of its node (from the capture's inventory lines)."""
+    out = {}
+    for line in build(XID_PLAN).lines():
+        rec = json.loads(line)
+        if rec.get("source") == "inventory":
+            ids = [g["uuid"] for g in rec["gpus"]]
+            out.update({u: ids[(k + 1) % len(ids)] for k, u in enumerate(ids)})
+    return out
+
+
+SIBLING = _siblings()
+
+
+def _fence_elsewhere(d: Any) -> Any:
+    """A quarantine of the blamed GPU's sibling instead of it, and a cordon of its node besides (a GPU fault is
+    never its node's cordon)."""
+    if isinstance(d, Command) and d.type == "quarantine_gpu" and d.target.gpu:
+        return d.model_copy(update={"target": d.target.model_copy(update={"gpu": SIBLING[d.target.gpu]})})
+    if isinstance(d, Command) and d.type == "open_ticket" and d.target.node:
+        return d.model_copy(update={"type": "cordon_node", "target": d.target.model_copy(update={"gpu": None})})
+    return d
+
+
 @pytest.mark.parametrize(("mangle", "invariant"), [
     (lambda d: None if isinstance(d, Command) and d.type == "quarantine_gpu" else d, "fenced_first"),
     (_restart_with(exclude={"nodes": [], "gpus": []}), "gate"),
     (_restart_with(checkpoint=None), "checkpoint"),
     (_restart_with(gpus=7), "world"),
-], ids=["fence-dropped", "nothing-excluded", "checkpoint-dropped", "odd-world"])
+    (_fence_elsewhere, "quarantine"),
+    (_fence_elsewhere, "cordon"),
+], ids=["fence-dropped", "nothing-excluded", "checkpoint-dropped", "odd-world", "wrong-gpu", "gpu-fault-cordons"])
 def test_a_broken_engine_fails_the_invariant(monkeypatch: pytest.MonkeyPatch, mangle: Any, invariant: str) -> None:
     lines = build(XID_PLAN).lines()
     assert not evaluate(lines, again=False).get(invariant), "the plan must keep the invariant unbroken"
