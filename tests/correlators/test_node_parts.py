@@ -16,8 +16,9 @@ from correlators.attribution import BmcView
 from correlators.findings import Finding
 from correlators.incident_state import OpenIncident
 from correlators.lifecycle import IncidentLifecycle
-from correlators.node_parts import failed_parts, unjudged_fault
+from correlators.node_parts import failed_beside, failed_parts, unjudged_fault
 from correlators.policy import load_policy
+from correlators.quarantine_ledger import Fence
 from correlators.rules.base import RuleContext
 from correlators.rules.hardware import HardwareRules
 from correlators.state import EngineState, Heartbeat
@@ -136,3 +137,41 @@ def test_a_dying_node_s_last_heartbeat_just_after_its_fault_does_not_clear_it() 
     assert (found.node, found.ts) == ("n01", _at(73.9))
     state.heartbeat["n01"] = Heartbeat(last=_at(290.0))  # it kept heartbeating long after: the UE blames nothing
     assert failed_parts(state, hang, LOOKBACK) == []
+
+
+# --- a node shared by two jobs: its fault, judged for one, is the other's too (FLEET_SEED=20261314/20261315) ------
+def _shared() -> tuple[EngineState, OpenIncident]:
+    """job0 and job1 share n01 and n02 by halves; n02's BMC logs a memory UE at 74.5 s; job1's incident (fenced n02
+    for it) and job0's hang (its last step at 70 s) are both open."""
+    state = EngineState()
+    for job, gpus in (("job0", [0, 1]), ("job1", [2, 3])):
+        state.topology.apply_job_started(job, JobStarted(allocation=[
+            RankAllocation(node="n01", gpus=gpus, ranks=[0, 1]), RankAllocation(node="n02", gpus=gpus, ranks=[2, 3])],
+            world_size=4))
+    state.bmc_view("n02").hardware_fault("memory", "Memory DIMM_B3 | Uncorrectable ECC", _at(74.5))
+    fenced = state.hold(OpenIncident(id="inc-job1", job="job1", category="node_hardware_fault", opened_at=_at(74.5),
+                                     severity="critical", node="n02", state="restarting"))
+    state.job_history["job1"] = [fenced.ref]
+    state.ledger.cordon("n02", Fence(since=_at(105.0), incident="inc-job1", reason="node_hardware_fault"))
+    hang = state.hold(OpenIncident(id="inc-job0", job="job0", category="training_hang", opened_at=_at(70.0),
+                                   severity="critical", state="open"))
+    state.failure["job0"], state.job_history["job0"] = hang.ref, [hang.ref]
+    return state, hang
+
+
+def test_a_neighbours_fence_does_not_judge_the_fault_for_this_job() -> None:
+    state, hang = _shared()
+    assert not unjudged_fault(state, "n02", _at(77.0), LOOKBACK)  # fenced for it: judged, for no job in particular
+    assert unjudged_fault(state, "n02", _at(77.0), LOOKBACK, "job0")  # job0's write waits: nothing of job0 names n02
+    hang.category, hang.node = "node_hardware_fault", "n02"
+    assert not unjudged_fault(state, "n02", _at(77.0), LOOKBACK, "job0")  # named now: the write is its evidence
+
+
+def test_the_fault_found_for_one_job_is_its_neighbours_and_still_blamed_at_its_own_restart() -> None:
+    state, hang = _shared()
+    (found,) = failed_parts(state, hang, LOOKBACK)  # n02 is fenced (job1's), but job0's incident does not blame it
+    assert (found.node, found.ts) == ("n02", _at(74.5))
+    assert failed_beside(state, found, "job1", LOOKBACK) == ["job0"]
+    assert failed_beside(state, found, "job0", LOOKBACK) == []  # job1's incident names n02 already
+    hang.opened_at = _at(400.0)
+    assert failed_beside(state, found, "job1", LOOKBACK) == []  # a failure long after the fault is not its
