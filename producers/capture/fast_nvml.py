@@ -28,9 +28,8 @@ from pydantic_core import to_json
 
 from producers.batching import EncodedEvent
 from producers.capture.fields import SAFE_INTEGER, BadInput, opt_ident, opt_int
-from producers.capture.line import _event_ids as event_ids
-from producers.capture.line import _timestamp, parse_capture_line
-from producers.capture.sources import _FLAG_METRICS, _short_pci
+from producers.capture.line import capture_timestamp, event_ids, parse_capture_line
+from producers.capture.sources import FLAG_METRICS, cached_short_pci
 from streams.events import SCHEMA_VERSION, Event, GpuMetrics
 from streams.identifiers import why_not_gpu, why_not_job, why_not_node
 from streams.ranges import INT32_MAX, INT32_MIN
@@ -51,7 +50,7 @@ INT_METRICS = frozenset({"ecc_sbe_volatile", "ecc_dbe_volatile", "ecc_sbe_aggreg
                          "retired_pages_sbe", "retired_pages_dbe", "remapped_rows_pending", "remapped_rows_failure",
                          "pcie_replay_counter"})
 _REASONS = "clocks_event_reasons"
-_FLAGS = frozenset(_FLAG_METRICS)
+_FLAGS = frozenset(FLAG_METRICS)
 _METRICS = tuple(GpuMetrics.model_fields)
 
 
@@ -106,7 +105,7 @@ def encode_nvml(line: bytes) -> EncodedEvent | None:
 
 def _encode(content: bytes, obj: dict[str, Any]) -> EncodedEvent:
     # In parse's order (producers/capture/line.py, then sources._nvml); any refusal: the usual way.
-    ts = _timestamp(obj)
+    ts = capture_timestamp(obj)
     node, gpu, metrics = obj.get("node"), obj.get("gpu"), obj.get("metrics")
     if not _valid(node, _NODES, why_not_node) or type(gpu) is not dict or type(metrics) is not dict:
         raise _Usual
@@ -122,7 +121,7 @@ def _encode(content: bytes, obj: dict[str, Any]) -> EncodedEvent:
         raise _Usual
     if pci is not None and type(pci) is not str:
         raise _Usual
-    pci = _short_pci(pci)
+    pci = cached_short_pci(pci)
     if index is None and uuid is None and pci is None:
         raise _Usual
     (event_id,) = event_ids(content, 1)

@@ -24,7 +24,7 @@ from streams.events import Event
 from streams.identifiers import why_not_job, why_not_node
 from streams.ranges import INT32_MAX
 
-__all__ = ["parse_capture_line"]
+__all__ = ["capture_timestamp", "event_ids", "parse_capture_line"]
 
 _ID_HEX_DIGITS = 24
 _YEARS = range(2000, 2101)
@@ -70,7 +70,7 @@ def _check_no_lone_surrogates(obj: Obj) -> None:
         raise BadInput("invalid UTF-8: lone surrogate escape in a string", "invalid_utf8") from None
 
 
-def _timestamp(obj: Obj) -> datetime:
+def capture_timestamp(obj: Obj) -> datetime:
     value = obj.get("ts")
     if value is None:
         raise BadInput("missing 'ts'", "missing_field")
@@ -96,7 +96,7 @@ def _source(obj: Obj) -> str:
     return value
 
 
-def _event_ids(data: bytes, count: int) -> list[str]:
+def event_ids(data: bytes, count: int) -> list[str]:
     """Deterministic ids for the ``count`` events of the line ``data``."""
     digest = hashlib.sha256(data).hexdigest()[:_ID_HEX_DIGITS]
     return [digest if i == 0 else f"{digest}-{i}" for i in range(count)]
@@ -110,12 +110,12 @@ def parse_capture_line(raw: bytes | str) -> list[Event]:
     """
     data, obj = _decode(raw)
     source = _source(obj)
-    ts = _timestamp(obj)
+    ts = capture_timestamp(obj)
     node, job = opt_ident(obj, "node", why_not_node), opt_ident(obj, "job", why_not_job)
     # The archive's rank column is Int32; a rank is never negative.
     rank, local_rank = opt_int(obj, "rank", 0, INT32_MAX), opt_int(obj, "local_rank", 0, INT32_MAX)
     bodies = bodies_of(source, obj)
-    ids = _event_ids(data, len(bodies))
+    ids = event_ids(data, len(bodies))
     try:
         return [
             Event(id=id_, ts=ts, source=source, node=node, job=job, rank=rank, local_rank=local_rank, body=body)

@@ -52,10 +52,10 @@ from streams.gpu_ids import short_pci
 from streams.identifiers import why_not_gpu
 from streams.ranges import INT32_MAX, INT32_MIN
 
-__all__ = ["SOURCES", "bodies_of"]
+__all__ = ["FLAG_METRICS", "SOURCES", "bodies_of", "cached_short_pci"]
 
 # The same few bus ids recur on every sample.
-_short_pci = lru_cache(maxsize=4096)(short_pci)
+cached_short_pci = lru_cache(maxsize=4096)(short_pci)
 JobStatus = Literal["finished", "failed", "cancelled"]
 
 
@@ -68,7 +68,7 @@ def _gpu_info(value: object) -> GpuInfo:
     return GpuInfo(
         index=index,
         uuid=opt_ident(value, "uuid", why_not_gpu),
-        pci=_short_pci(opt_str(value, "pci_bus_id")),
+        pci=cached_short_pci(opt_str(value, "pci_bus_id")),
         name=opt_str(value, "name"),
         power_domain=opt_str(value, "power_domain"),
     )
@@ -87,7 +87,7 @@ def _kernel(obj: Obj) -> list[Body]:
 
 
 # NVML reports these two as flags; captures write them as JSON booleans, the model counts them.
-_FLAG_METRICS = ("remapped_rows_pending", "remapped_rows_failure")
+FLAG_METRICS = ("remapped_rows_pending", "remapped_rows_failure")
 
 
 def _nvml(obj: Obj) -> list[Body]:
@@ -96,12 +96,12 @@ def _nvml(obj: Obj) -> list[Body]:
     ref = {
         "index": opt_int(gpu, "index", INT32_MIN, INT32_MAX),
         "uuid": opt_ident(gpu, "uuid", why_not_gpu),
-        "pci": _short_pci(opt_str(gpu, "pci_bus_id")),
+        "pci": cached_short_pci(opt_str(gpu, "pci_bus_id")),
     }
     if ref["index"] is None and ref["uuid"] is None and ref["pci"] is None:
         raise BadInput("nvml: gpu needs an index, uuid or pci_bus_id", "missing_field")
     metrics = req_object(obj, "metrics", "nvml")
-    flags = {key: int(metrics[key]) for key in _FLAG_METRICS if isinstance(metrics.get(key), bool)}
+    flags = {key: int(metrics[key]) for key in FLAG_METRICS if isinstance(metrics.get(key), bool)}
     # GpuMetrics ignores unknown names and takes null as "not measured": validate the object as is.
     sample = {"gpu": ref, "metrics": {**metrics, **flags} if flags else metrics}
     return [validate(GpuSample, sample, "nvml")]
