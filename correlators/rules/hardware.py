@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
+from correlators.clock import source_key
 from correlators.findings import FAILURE_CATEGORIES, Finding
 from correlators.incident_state import OpenIncident
 from correlators.lifecycle import IncidentLifecycle
@@ -140,7 +141,7 @@ class HardwareRules:
         idx = self.state.topology.resolve(node, b.gpu)
         if node is None or idx is None:
             return
-        self._present(node, idx, e.ts)
+        self._present(node, idx, e.ts, source_key(node, e.source))
         health = self.state.gpu_health(node, idx)
         for category, reason in health.observe(e.ts, b.metrics, self.p.thresholds):
             if category in FAILURE_CATEGORIES:
@@ -159,14 +160,17 @@ class HardwareRules:
                                                "XID with remapped rows pending", waiting.evidence))
 
     # --- a GPU gone from NVML, without a kernel line -------------------------------------
-    def _present(self, node: str, idx: int, ts: datetime) -> None:
+    def _present(self, node: str, idx: int, ts: datetime, key: str) -> None:
         """An NVML sample of the GPU: it is present. The node's ``gone`` timer looks at its GPUs' absences
-        once one of them could be overdue (one timer per node, not per GPU or per sample)."""
+        once one of them could be overdue (one timer per node, not per GPU or per sample). The restart gate
+        hears it when it was taken: a late sample placed at the cell's clock was still taken at its own stamp,
+        unless its source runs behind as a rule (then its arrival says more than its stamp)."""
         s = self.state
+        stamp = s.sources.stamp or ts
         nv = s.nvml.get(node) or s.nvml_node(node)
-        nv.observe(idx, ts, s.sources.stamp or ts)  # the node's cadence from its own stamps, even when screened
+        nv.observe(idx, ts, stamp)  # the node's cadence from its own stamps, even when screened
         if s.gate_watch:  # (the common case, no gate open, costs no call)
-            hear(s, node, "nvml", ts, idx)
+            hear(s, node, "nvml", ts if stamp >= ts or s.sources.lags(key) else stamp, idx)
         cad = nv.cad
         if cad is not None and not self.queue.armed("gone", (node,)):
             self.queue.arm_after("gone", (node,), self.state.clock or ts, self.p.thresholds.gpu_lost_factor * cad)

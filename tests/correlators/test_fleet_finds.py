@@ -471,3 +471,25 @@ SOAK_FIND_NEIGHBOUR_FIRST = FleetPlan(nodes=2, gpus=4, rack=4, duration=600.0, h
 
 def test_the_soaks_find_a_write_on_a_node_a_neighbour_fenced_waits_for_its_own_job() -> None:
     _keeps(SOAK_FIND_NEIGHBOUR_FIRST, "consequence")
+
+
+# Two 50,000-example soaks' finds on the final engine of session 13 (FLEET_SEED=20261316 after 33 minutes,
+# FLEET_SEED=20261317 after 36): GPU 3's NVML readings during rising ECC errors (more often than its cadence) come
+# in, the last one 120 s late; an XID 79 on GPU 0 fails the job in between. The late sample, stamped before the
+# failure, was placed at the cell's clock on arrival -- after the failure -- and the restart gate took it for GPU 3
+# heard since: the restart included a GPU nothing had vouched for after the failure (`gate`). The gate now hears
+# an NVML sample when it was taken (its own stamp), unless its source runs behind as a rule (CellClock.lags).
+SOAK_FIND_LATE_SAMPLE = FleetPlan(nodes=2, gpus=4, rack=4, duration=900.0, heartbeat=60.0, nvml=120.0, jobs=(_J,),
+                                  faults=(
+    FaultPlan(kind='xid', at=0.406, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='ecc', at=0.094, job=0, pick=3, code=0, late=120.0, dup=False)), skew=None)
+SOAK_FIND_LATE_SAMPLE_VANISH = FleetPlan(nodes=2, gpus=4, rack=4, duration=1200.0, heartbeat=60.0, nvml=120.0,
+                                         jobs=(_J,), faults=(
+    FaultPlan(kind='xid_idle', at=0.5, job=0, pick=0, code=0, late=None, dup=False),
+    FaultPlan(kind='ecc', at=0.688, job=0, pick=0, code=0, late=120.0, dup=False),
+    FaultPlan(kind='vanish', at=0.75, job=0, pick=0, code=0, late=120.0, dup=False)), skew=None)
+
+
+def test_the_soaks_find_a_late_sample_taken_before_the_failure_vouches_for_nothing_after() -> None:
+    _keeps(SOAK_FIND_LATE_SAMPLE, "gate")
+    _keeps(SOAK_FIND_LATE_SAMPLE_VANISH, "gate")
