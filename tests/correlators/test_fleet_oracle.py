@@ -16,7 +16,7 @@ from builder import Capture, at_iso
 from fleet import FaultPlan, FleetPlan, JobPlan, build
 from fleet_checks import evaluate
 
-from streams.decisions import Command
+from streams.decisions import Command, Incident
 
 # --- the checks bite: an engine broken on purpose fails them ------------------------------------------------------
 XID_PLAN = FleetPlan(nodes=3, gpus=4, duration=900.0, heartbeat=30.0, nvml=60.0,
@@ -72,7 +72,10 @@ def _fence_elsewhere(d: Any) -> Any:
     (_restart_with(gpus=7), "world"),
     (_fence_elsewhere, "quarantine"),
     (_fence_elsewhere, "cordon"),
-], ids=["fence-dropped", "nothing-excluded", "checkpoint-dropped", "odd-world", "wrong-gpu", "gpu-fault-cordons"])
+    (_restart_with(mode="in_process"), "mode"),
+    (lambda d: d.model_copy(update={"summary": "x" * 3_000_000}) if isinstance(d, Incident) else d, "size"),
+], ids=["fence-dropped", "nothing-excluded", "checkpoint-dropped", "odd-world", "wrong-gpu", "gpu-fault-cordons",
+        "in-process-without-a-gpu", "unbounded-record"])
 def test_a_broken_engine_fails_the_invariant(monkeypatch: pytest.MonkeyPatch, mangle: Any, invariant: str) -> None:
     lines = build(XID_PLAN).lines()
     assert not evaluate(lines, again=False).get(invariant), "the plan must keep the invariant unbroken"
