@@ -141,7 +141,7 @@ class HardwareRules:
         idx = self.state.topology.resolve(node, b.gpu)
         if node is None or idx is None:
             return
-        self._present(node, idx, e.ts, source_key(node, e.source))
+        self._present(node, idx, e.ts, e.source)
         health = self.state.gpu_health(node, idx)
         for category, reason in health.observe(e.ts, b.metrics, self.p.thresholds):
             if category in FAILURE_CATEGORIES:
@@ -160,7 +160,7 @@ class HardwareRules:
                                                "XID with remapped rows pending", waiting.evidence))
 
     # --- a GPU gone from NVML, without a kernel line -------------------------------------
-    def _present(self, node: str, idx: int, ts: datetime, key: str) -> None:
+    def _present(self, node: str, idx: int, ts: datetime, source: str) -> None:
         """An NVML sample of the GPU: it is present. The node's ``gone`` timer looks at its GPUs' absences
         once one of them could be overdue (one timer per node, not per GPU or per sample). The restart gate
         hears it when it was taken: a late sample placed at the cell's clock was still taken at its own stamp,
@@ -170,7 +170,7 @@ class HardwareRules:
         nv = s.nvml.get(node) or s.nvml_node(node)
         nv.observe(idx, ts, stamp)  # the node's cadence from its own stamps, even when screened
         if s.gate_watch:  # (the common case, no gate open, costs no call)
-            hear(s, node, "nvml", ts if stamp >= ts or s.sources.lags(key) else stamp, idx)
+            hear(s, node, "nvml", ts if stamp >= ts or s.sources.lags(source_key(node, source)) else stamp, idx)
         cad = nv.cad
         if cad is not None and not self.queue.armed("gone", (node,)):
             self.queue.arm_after("gone", (node,), self.state.clock or ts, self.p.thresholds.gpu_lost_factor * cad)

@@ -90,9 +90,13 @@ def _neighbours(cap: Capture) -> dict[str, Any]:
     )
 
 
-def _halves(duration: float = 1200) -> Capture:
-    cap = fleet("n1", "n2", "n3", duration=duration, hb=60.0, nvml=120.0)
-    return cap.job("a", {"n1": [0, 1, 2, 3], "n2": [0, 1, 2, 3]}).job("b", {"n1": [4, 5, 6, 7], "n2": [4, 5, 6, 7]})
+def _n2_dies_as_a_writes() -> Capture:
+    """``a`` and ``b`` share n1 and n2 by halves; n2's memory fails at 74.5 s and n2 goes quiet (its agent's
+    cadence not known yet); a write of ``a`` fails with an I/O error 2.5 s later."""
+    cap = fleet("n1", "n2", "n3", duration=1200, hb=60.0, nvml=120.0)
+    cap.job("a", {"n1": [0, 1, 2, 3], "n2": [0, 1, 2, 3]}).job("b", {"n1": [4, 5, 6, 7], "n2": [4, 5, 6, 7]})
+    cap.sel(74.5, "n2", "memory").silence(75, "n2").bmc_power(95, "n2")
+    return cap.checkpoint_failed(77, "a", 60, error="OSError: [Errno 5] Input/output error: '/mnt/ckpt/a/step_0000060'")
 
 
 @scenario
@@ -103,9 +107,7 @@ def a_node_fault_judged_at_one_jobs_restart_is_the_cause_of_its_neighbours_failu
     communicator; ``b`` just stops stepping. n2's fault is judged when ``b``'s restart looks at its nodes -- and it
     is ``a``'s cause as much as ``b``'s: both incidents name n2 (one cordon, one ticket), and ``a``'s failed
     write is that fault's evidence, not a storage incident."""
-    cap = _halves()
-    cap.sel(74.5, "n2", "memory").silence(75, "n2").bmc_power(95, "n2")
-    cap.checkpoint_failed(77, "a", 60, error="OSError: [Errno 5] Input/output error: '/mnt/ckpt/a/step_0000060'")
+    cap = _n2_dies_as_a_writes()
     cap.crash(150, "a", rank=0, error="torch.distributed.DistBackendError: NCCL communicator was aborted on rank 0")
     return cap, _neighbours(cap)
 
@@ -115,9 +117,7 @@ def a_write_lost_on_a_node_a_neighbour_fenced_first_waits_for_its_own_jobs_verdi
     """As above, but ``b`` fails at once (its rank on n1 dies of the aborted communicator) and its restart fences
     n2 within a minute, while ``a`` only stops stepping: ``a``'s failed write is not a storage fault because the
     fence is ``b``'s -- it waits for ``a``'s own verdict, which names n2 when ``a``'s restart looks at its nodes."""
-    cap = _halves()
-    cap.sel(74.5, "n2", "memory").silence(75, "n2").bmc_power(95, "n2")
-    cap.checkpoint_failed(77, "a", 60, error="OSError: [Errno 5] Input/output error: '/mnt/ckpt/a/step_0000060'")
+    cap = _n2_dies_as_a_writes()
     cap.crash(76.5, "b", rank=0, error="torch.distributed.DistBackendError: NCCL communicator was aborted on rank 0")
     return cap, _neighbours(cap)
 

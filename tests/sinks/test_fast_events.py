@@ -20,6 +20,7 @@ from sinks.archive.fast_events import FLOAT_METRICS, INT_METRICS, fast_event_row
 from sinks.archive.store import event_row
 from streams import events as ev
 from streams.batch import decode_record, encode_batch
+from tests.harness.json_mutations import mutated
 
 T = datetime(2026, 4, 22, 3, 0, tzinfo=UTC)
 
@@ -65,42 +66,12 @@ def plain_events(draw: st.DrawFn) -> dict[str, Any]:
     return event
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every place in a JSON value (dict keys and list indexes) that a mutation may change."""
-    out = [prefix]
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
 @st.composite
 def odd_events(draw: st.DrawFn) -> Any:
     """A plain event with a few values changed (to odd, often invalid ones), keys dropped or added, or a
     different event altogether."""
-    event: Any = draw(plain_events())
-    for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(_paths(event)))
-        if not path:
-            event = draw(st.one_of(_ODD, st.just({"id": "t", "ts": "2026-04-22T03:00:00Z", "source": "trainer",
-                                                  "body": {"kind": "train_step", "step": 3}})))
-            continue
-        parent = event
-        for key in path[:-1]:
-            parent = parent[key]
-        choice = draw(st.integers(0, 3))
-        if choice == 0 and isinstance(parent, dict):
-            del parent[path[-1]]
-        elif choice == 1 and isinstance(parent, dict):
-            parent["extra"] = draw(_ODD)
-        elif path[-1] == "ts":
-            parent[path[-1]] = draw(_TS)
-        else:
-            parent[path[-1]] = draw(_ODD)
-    return event
+    return mutated(draw, draw(plain_events()), _ODD, _TS, st.one_of(_ODD, st.just(
+        {"id": "t", "ts": "2026-04-22T03:00:00Z", "source": "trainer", "body": {"kind": "train_step", "step": 3}})))
 
 
 def _record(events: list[Any], version: Any = 1) -> bytes:

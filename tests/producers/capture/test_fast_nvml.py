@@ -20,6 +20,7 @@ from producers.capture import BadInput, parse_capture_line
 from producers.capture.fast_nvml import FLOAT_METRICS, INT_METRICS, encode_nvml, parse_for_publishing
 from producers.capture.screen import CaptureScreen
 from streams import events as ev
+from tests.harness.json_mutations import mutated
 
 T = datetime(2026, 4, 22, 3, 0, tzinfo=UTC)
 
@@ -73,40 +74,11 @@ def plain_lines(draw: st.DrawFn) -> dict[str, Any]:
     return line
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every place in a JSON value (dict keys and list indexes) that a mutation may change."""
-    out = [prefix]
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
 @st.composite
 def odd_lines(draw: st.DrawFn) -> Any:
     """A plain line with a few values changed (to odd, often invalid ones), keys dropped or added."""
-    line: Any = draw(plain_lines())
-    for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(_paths(line)))
-        if not path:
-            line = draw(_ODD)
-            continue
-        parent = line
-        for key in path[:-1]:
-            parent = parent[key]
-        choice = draw(st.integers(0, 3))
-        if choice == 0 and isinstance(parent, dict):
-            del parent[path[-1]]
-        elif choice == 1 and isinstance(parent, dict):
-            parent[draw(st.sampled_from(["extra", "power_w", "retired_pages_dbe", "index", "uuid"]))] = draw(_ODD)
-        elif path[-1] == "ts":
-            parent[path[-1]] = draw(_TS)
-        else:
-            parent[path[-1]] = draw(_ODD)
-    return line
+    return mutated(draw, draw(plain_lines()), _ODD, _TS, _ODD,
+                   ["extra", "power_w", "retired_pages_dbe", "index", "uuid"])
 
 
 def _agree(raw: bytes) -> bool:
